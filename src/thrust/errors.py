@@ -1,0 +1,173 @@
+"""The exception hierarchy: one root, typed subclasses keyed by status code.
+
+Every failure that reaches user code is a `ThrustError`. Each carries the RocketMQ status code
+(`Code`, or None when the failure never reached the server), the server's message, the request id
+of the call (`x-mq-request-id`) and `retriable`: whether trying the same call again can help.
+The mapping from codes follows the Java client's `StatusChecker` (reference §1.5): 400xx is a bad
+request, 404xx not found, 42900 too many requests, 5000x internal, 5040x proxy timeout.
+gRPC transport errors are translated in exactly one place, `thrust._io.rpc`.
+"""
+
+from __future__ import annotations
+
+from thrust._codec.status import Code
+
+__all__ = [
+    "BadRequestError",
+    "ClientClosedError",
+    "Code",
+    "ConnectionError",
+    "ForbiddenError",
+    "InternalError",
+    "InvalidReceiptHandleError",
+    "MessageCorruptedError",
+    "NotFoundError",
+    "PayloadTooLargeError",
+    "ThrustError",
+    "TimeoutError",
+    "TooManyRequestsError",
+    "UnauthorizedError",
+    "UnsupportedError",
+    "ValidationError",
+    "error_for_status",
+]
+
+
+class ThrustError(Exception):
+    """Root of every error raised by thrust.
+
+    Attributes:
+        code: the RocketMQ status code, or None when the failure is local (transport, closed client).
+        message: human-readable detail, from the server when it sent one.
+        request_id: the `x-mq-request-id` of the failed call, when there was one.
+        retriable: True when repeating the same call may succeed.
+    """
+
+    default_retriable: bool = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: Code | int | None = None,
+        request_id: str | None = None,
+        retriable: bool | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.request_id = request_id
+        self.retriable = self.default_retriable if retriable is None else retriable
+
+    def __str__(self) -> str:
+        parts = [self.message]
+        if self.code is not None:
+            name = self.code.name if isinstance(self.code, Code) else str(self.code)
+            parts.append(f"code={name}")
+        if self.request_id:
+            parts.append(f"request_id={self.request_id}")
+        return " ".join(parts) if len(parts) == 1 else f"{parts[0]} ({', '.join(parts[1:])})"
+
+
+class BadRequestError(ThrustError):
+    """The server (or local validation) refused the request as malformed: 400xx."""
+
+
+class ValidationError(BadRequestError):
+    """Refused by local validation before any I/O; the same limits the server applies."""
+
+
+class InvalidReceiptHandleError(BadRequestError):
+    """INVALID_RECEIPT_HANDLE (40013): the handle expired or is unknown. Never retried."""
+
+
+class UnauthorizedError(ThrustError):
+    """UNAUTHORIZED (40100): credentials missing or wrong."""
+
+
+class ForbiddenError(ThrustError):
+    """FORBIDDEN (40300)."""
+
+
+class NotFoundError(ThrustError):
+    """404xx other than MESSAGE_NOT_FOUND on receive: topic, group or offset not found."""
+
+
+class PayloadTooLargeError(BadRequestError):
+    """413xx / 431xx: body or properties over the limits."""
+
+
+class TooManyRequestsError(ThrustError):
+    """TOO_MANY_REQUESTS (42900): the server is shedding load; back off and retry."""
+
+    default_retriable = True
+
+
+class InternalError(ThrustError):
+    """5000x and other server-side failures; a retry may help."""
+
+    default_retriable = True
+
+
+class TimeoutError(ThrustError):  # noqa: A001 - deliberately shadows the builtin inside this namespace
+    """The call's deadline passed (client side), or PROXY_TIMEOUT / persistence timeouts (5040x)."""
+
+    default_retriable = True
+
+
+class ConnectionError(ThrustError):  # noqa: A001
+    """The transport failed (gRPC UNAVAILABLE and friends) before a status came back."""
+
+    default_retriable = True
+
+
+class UnsupportedError(ThrustError):
+    """505xx, NOT_IMPLEMENTED, or a status code this client does not know."""
+
+
+class MessageCorruptedError(ThrustError):
+    """MESSAGE_CORRUPTED, or a received body whose digest does not match."""
+
+
+class ClientClosedError(ThrustError):
+    """The client was closed; no new work is accepted."""
+
+
+_EXACT: dict[int, type[ThrustError]] = {
+    Code.INVALID_RECEIPT_HANDLE: InvalidReceiptHandleError,
+    Code.MESSAGE_CORRUPTED: MessageCorruptedError,
+    Code.UNAUTHORIZED: UnauthorizedError,
+    Code.FORBIDDEN: ForbiddenError,
+    Code.TOO_MANY_REQUESTS: TooManyRequestsError,
+    Code.REQUEST_TIMEOUT: TimeoutError,
+    Code.PAYLOAD_TOO_LARGE: PayloadTooLargeError,
+    Code.MESSAGE_BODY_TOO_LARGE: PayloadTooLargeError,
+    Code.REQUEST_HEADER_FIELDS_TOO_LARGE: PayloadTooLargeError,
+    Code.MESSAGE_PROPERTIES_TOO_LARGE: PayloadTooLargeError,
+    Code.NOT_IMPLEMENTED: UnsupportedError,
+}
+
+
+def error_for_status(
+    code: int, message: str, *, request_id: str | None = None
+) -> ThrustError:
+    """Build the typed error for a non-OK `Status` from a response body."""
+    typed = Code.of(code)
+    cls = _EXACT.get(code)
+    if cls is None:
+        family = code // 100
+        if family == 400 or 40000 <= code < 40100 or 41300 <= code < 41400:
+            cls = BadRequestError
+        elif family == 404:
+            cls = NotFoundError
+        elif family == 429:
+            cls = TooManyRequestsError
+        elif family == 504:
+            cls = TimeoutError
+        elif family in (500, 502, 503) or 50000 <= code < 50100:
+            cls = InternalError
+        elif 40000 <= code < 50000:
+            cls = BadRequestError
+        else:
+            cls = UnsupportedError
+    return cls(message or (typed.name if isinstance(typed, Code) else str(code)), code=typed, request_id=request_id)
