@@ -1,0 +1,146 @@
+"""Topics and consumer groups of one embedded server, shared by all of its brokers.
+
+Upstream keeps topic config in the NameServer/broker (`TopicConfig`) and group config in the broker's
+`SubscriptionGroupConfig`; a test server only needs the parts clients observe: the queue count and
+accepted message types (QueryRoute, reference 7.3), and per group the FIFO flag and retry policy sent in
+Settings (reference 1.4, 7.2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from thrust._codec.status import Code
+from thrust.server.core.model import BrokerError, GroupInfo, MessageType, RetryPolicy, TopicInfo
+
+__all__ = ["DLQ_PREFIX", "Catalog", "dead_letter_topic"]
+
+#: Upstream's dead-letter topic prefix (`MixAll.DLQ_GROUP_TOPIC_PREFIX`, reference 7.7).
+DLQ_PREFIX = "%DLQ%"
+
+_ALL_TYPES = frozenset(MessageType)
+
+
+def dead_letter_topic(group: str) -> str:
+    """The name of `group`'s dead-letter topic: `%DLQ%<group>`."""
+    return DLQ_PREFIX + group
+
+
+class Catalog:
+    """Topics and groups. Not thread-safe (the server runs it on one event loop).
+
+    Args:
+        auto_create_topics: `topic()` creates unknown topics (default queue count, every message type)
+            instead of raising TOPIC_NOT_FOUND (reference 7.8 item 3, "or auto-create for tests").
+        default_queues: queue count of auto-created topics.
+        auto_create_groups: `group()` creates unknown groups (non-FIFO, default retry policy) instead
+            of raising CONSUMER_GROUP_NOT_FOUND. Upstream's `autoCreateSubscriptionGroup` is true too.
+    """
+
+    __slots__ = ("_auto_create_groups", "_auto_create_topics", "_default_queues", "_groups", "_topics")
+
+    def __init__(
+        self, *, auto_create_topics: bool = False, default_queues: int = 4, auto_create_groups: bool = True
+    ) -> None:
+        if default_queues < 1:
+            raise BrokerError(Code.BAD_REQUEST, f"default_queues must be >= 1, got {default_queues}")
+        self._auto_create_topics = auto_create_topics
+        self._default_queues = default_queues
+        self._auto_create_groups = auto_create_groups
+        self._topics: dict[str, TopicInfo] = {}
+        self._groups: dict[str, GroupInfo] = {}
+
+    def create_topic(
+        self, name: str, queues: int = 4, types: Iterable[MessageType] = (MessageType.NORMAL,)
+    ) -> TopicInfo:
+        """Create (or reconfigure) a topic with `queues` queues accepting `types`; returns its info.
+
+        Re-creating an existing topic replaces its info. Brokers add queues when the count grows;
+        when it shrinks the extra queues keep their messages but receive no new ones.
+
+        Raises:
+            BrokerError(BAD_REQUEST): empty name, `queues < 1`, or no message type.
+        """
+        try:
+            kinds = frozenset(MessageType(t) for t in types)
+        except ValueError as exc:
+            raise BrokerError(Code.BAD_REQUEST, f"unknown message type: {exc}") from None
+        if not name:
+            raise BrokerError(Code.BAD_REQUEST, "topic name is empty")
+        if queues < 1:
+            raise BrokerError(Code.BAD_REQUEST, f"a topic needs at least one queue, got {queues}")
+        if not kinds:
+            raise BrokerError(Code.BAD_REQUEST, "a topic must accept at least one message type")
+        info = TopicInfo(name=name, queues=queues, types=kinds)
+        self._topics[name] = info
+        return info
+
+    def topic(self, name: str) -> TopicInfo:
+        """The topic `name`.
+
+        Unknown topics are created when `auto_create_topics` is set (`default_queues` queues, every
+        message type; a `%DLQ%` name gets the dead-letter shape: 1 queue, NORMAL).
+
+        Raises:
+            BrokerError(TOPIC_NOT_FOUND): unknown and auto-creation is off.
+        """
+        info = self._topics.get(name)
+        if info is not None:
+            return info
+        if not self._auto_create_topics or not name:
+            raise BrokerError(Code.TOPIC_NOT_FOUND, f"topic {name!r} does not exist")
+        if name.startswith(DLQ_PREFIX):
+            return self.create_topic(name, 1, (MessageType.NORMAL,))
+        return self.create_topic(name, self._default_queues, _ALL_TYPES)
+
+    def dead_letter_topic(self, group: str) -> TopicInfo:
+        """The DLQ topic `%DLQ%<group>`, created (1 queue, NORMAL) on first use.
+
+        Upstream creates it when the first message is sent back to the DLQ; consumers can then
+        subscribe to it like any topic.
+        """
+        name = dead_letter_topic(group)
+        info = self._topics.get(name)
+        if info is None:
+            info = self.create_topic(name, 1, (MessageType.NORMAL,))
+        return info
+
+    def create_group(self, name: str, *, fifo: bool = False, retry: RetryPolicy | None = None) -> GroupInfo:
+        """Create (or reconfigure) a consumer group; returns its info.
+
+        Raises:
+            BrokerError(BAD_REQUEST): empty name or `retry.max_attempts < 1`.
+        """
+        if not name:
+            raise BrokerError(Code.BAD_REQUEST, "group name is empty")
+        policy = retry if retry is not None else RetryPolicy()
+        if policy.max_attempts < 1:
+            raise BrokerError(Code.BAD_REQUEST, f"max_attempts must be >= 1, got {policy.max_attempts}")
+        info = GroupInfo(name=name, fifo=fifo, retry=policy)
+        self._groups[name] = info
+        return info
+
+    def group(self, name: str) -> GroupInfo:
+        """The group `name`; unknown groups are auto-created (non-FIFO) when `auto_create_groups`.
+
+        Raises:
+            BrokerError(CONSUMER_GROUP_NOT_FOUND): unknown and auto-creation is off.
+        """
+        info = self._groups.get(name)
+        if info is not None:
+            return info
+        if not self._auto_create_groups or not name:
+            raise BrokerError(Code.CONSUMER_GROUP_NOT_FOUND, f"consumer group {name!r} does not exist")
+        return self.create_group(name)
+
+    def has_topic(self, name: str) -> bool:
+        """True when `name` exists (without auto-creating it)."""
+        return name in self._topics
+
+    def topics(self) -> list[TopicInfo]:
+        """Every topic, in creation order."""
+        return list(self._topics.values())
+
+    def groups(self) -> list[GroupInfo]:
+        """Every group, in creation order."""
+        return list(self._groups.values())

@@ -1,0 +1,306 @@
+"""Value types of the embedded broker core: messages in and out, topic and group metadata, errors.
+
+Everything here is immutable and free of protobuf: the service layer (`thrust.server.service`)
+translates between these and `apache.rocketmq.v2` messages. Times are epoch seconds as floats.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Protocol
+
+from thrust._codec.status import Code
+
+__all__ = [
+    "DEFAULT_CUSTOMIZED_BACKOFF",
+    "BrokerError",
+    "Delivery",
+    "GroupInfo",
+    "InboundMessage",
+    "MessageMatcher",
+    "MessageType",
+    "RetryPolicy",
+    "SendResult",
+    "StoredMessage",
+    "TopicInfo",
+    "TransactionCheck",
+]
+
+
+class MessageType(IntEnum):
+    """`apache.rocketmq.v2.MessageType` (values identical; UNSPECIFIED=0 is never stored)."""
+
+    NORMAL = 1
+    FIFO = 2
+    DELAY = 3
+    TRANSACTION = 4
+    LITE = 5
+    PRIORITY = 6
+
+
+class BrokerError(Exception):
+    """A request-level failure; the service answers it as `Status{code, message}` (reference 7.1).
+
+    The core raises only this for bad input (unknown topic, expired receipt handle, wrong transaction
+    id...), never KeyError/ValueError, so the service can map every failure without a catch-all.
+    """
+
+    code: Code
+    message: str
+
+    def __init__(self, code: Code, message: str) -> None:
+        super().__init__(code, message)
+        self.code = code
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.code.name}: {self.message}"
+
+
+class MessageMatcher(Protocol):
+    """What `Broker.pop` needs from a subscription filter.
+
+    Structurally identical to `thrust.server.core.filter.MessageFilter` (TAG / SQL92 filters), so
+    any compiled filter can be passed; declared here so the broker does not depend on the filter
+    module's implementation.
+    """
+
+    def matches(self, tag: str | None, properties: Mapping[str, str]) -> bool:
+        """True when a message with this tag and these user properties is selected."""
+        ...
+
+
+# Upstream's default consumer backoff (reference 1.4, Settings.backoff_policy): 1s 5s 10s 30s 1m..10m 20m 30m
+# 1h 2h.
+DEFAULT_CUSTOMIZED_BACKOFF: tuple[float, ...] = (
+    1,
+    5,
+    10,
+    30,
+    60,
+    120,
+    180,
+    240,
+    300,
+    360,
+    420,
+    480,
+    540,
+    600,
+    1200,
+    1800,
+    3600,
+    7200,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """A consumer group's retry backoff, sent to consumers in `Settings.backoff_policy` (reference 1.4).
+
+    Attributes:
+        max_attempts: deliveries before a message goes to the DLQ (`retryMaxTimes + 1`, default 17).
+        customized: the customized backoff `next` list, in seconds (used unless `exponential` is set).
+        exponential: `(initial, max, multiplier)` in seconds, replacing `customized` when set.
+    """
+
+    max_attempts: int = 17
+    customized: tuple[float, ...] = DEFAULT_CUSTOMIZED_BACKOFF
+    exponential: tuple[float, float, float] | None = None
+
+    def delay(self, attempt: int) -> float:
+        """Backoff before redelivery after delivery number `attempt` failed (Java formula, reference 1.4).
+
+        Exponential: `min(initial * multiplier**(attempt-1), max)`; customized:
+        `next[min(attempt, len) - 1]`. Attempts below 1 count as 1.
+        """
+        attempt = max(attempt, 1)
+        if self.exponential is not None:
+            initial, maximum, multiplier = self.exponential
+            try:
+                value = initial * multiplier ** (attempt - 1)
+            except OverflowError:
+                return maximum
+            return min(value, maximum)
+        if not self.customized:
+            return 1.0
+        return self.customized[min(attempt, len(self.customized)) - 1]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    """A topic: queue ids 0..queues-1 on every broker, accepting `types` (route `accept_message_types`)."""
+
+    name: str
+    queues: int
+    types: frozenset[MessageType]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupInfo:
+    """A consumer group. `fifo` is upstream's `consumeMessageOrderly` (reference 7.4); `retry` its backoff."""
+
+    name: str
+    fifo: bool = False
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+
+
+@dataclass(frozen=True, slots=True)
+class InboundMessage:
+    """One message of a SendMessage request, already validated by the service (reference 7.7).
+
+    Attributes:
+        topic: target topic name.
+        body: the payload as sent (possibly gzip-compressed, see `body_encoding_gzip`).
+        message_id: the producer-assigned id (SystemProperties.message_id, reference 3).
+        tag: SystemProperties.tag, used by TAG filters.
+        keys: SystemProperties.keys.
+        properties: user properties.
+        message_type: SystemProperties.message_type.
+        message_group: FIFO sharding key, or None.
+        delivery_timestamp: epoch seconds for DELAY messages, or None.
+        born_timestamp: epoch seconds, set by the producer.
+        born_host: the producer's host.
+        body_encoding_gzip: True when `body` is GZIP-encoded (Encoding.GZIP).
+        trace_context: SystemProperties.trace_context.
+        transaction_recovery_after: orphaned_transaction_recovery_duration in seconds (TRANSACTION only).
+        priority: SystemProperties.priority (PRIORITY only; stored, not used for ordering).
+        producer_client_id: the sender's client id; transaction checks go back to it.
+    """
+
+    topic: str
+    body: bytes
+    message_id: str
+    tag: str | None
+    keys: tuple[str, ...]
+    properties: Mapping[str, str]
+    message_type: MessageType
+    message_group: str | None
+    delivery_timestamp: float | None
+    born_timestamp: float
+    born_host: str
+    body_encoding_gzip: bool = False
+    trace_context: str | None = None
+    transaction_recovery_after: float | None = None
+    priority: int | None = None
+    producer_client_id: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredMessage:
+    """A message as the broker stores and delivers it: every `InboundMessage` field plus placement.
+
+    Attributes (beyond InboundMessage's):
+        queue_id: the queue it sits in.
+        offset: its monotonic offset in that queue (for delayed or transactional messages not yet
+            visible: the offset in the broker's holding log, like upstream's schedule/half topics).
+        store_timestamp: when it was appended to the queue.
+        broker: the name of the broker holding it (`store_host` on the wire).
+        transaction_id: set for TRANSACTION messages, else "".
+        dead_letter_of: `(original topic, original message id)` for messages in a `%DLQ%` topic.
+    """
+
+    topic: str
+    body: bytes
+    message_id: str
+    tag: str | None
+    keys: tuple[str, ...]
+    properties: Mapping[str, str]
+    message_type: MessageType
+    message_group: str | None
+    delivery_timestamp: float | None
+    born_timestamp: float
+    born_host: str
+    body_encoding_gzip: bool = False
+    trace_context: str | None = None
+    transaction_recovery_after: float | None = None
+    priority: int | None = None
+    producer_client_id: str = ""
+    queue_id: int
+    offset: int
+    store_timestamp: float
+    broker: str
+    transaction_id: str = ""
+    dead_letter_of: tuple[str, str] | None = None
+
+    @classmethod
+    def of(
+        cls,
+        message: InboundMessage,
+        *,
+        queue_id: int,
+        offset: int,
+        store_timestamp: float,
+        broker: str,
+        transaction_id: str = "",
+    ) -> StoredMessage:
+        """Place `message` at `queue_id`/`offset` of `broker`."""
+        return cls(
+            topic=message.topic,
+            body=message.body,
+            message_id=message.message_id,
+            tag=message.tag,
+            keys=message.keys,
+            properties=message.properties,
+            message_type=message.message_type,
+            message_group=message.message_group,
+            delivery_timestamp=message.delivery_timestamp,
+            born_timestamp=message.born_timestamp,
+            born_host=message.born_host,
+            body_encoding_gzip=message.body_encoding_gzip,
+            trace_context=message.trace_context,
+            transaction_recovery_after=message.transaction_recovery_after,
+            priority=message.priority,
+            producer_client_id=message.producer_client_id,
+            queue_id=queue_id,
+            offset=offset,
+            store_timestamp=store_timestamp,
+            broker=broker,
+            transaction_id=transaction_id,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    """One `SendResultEntry` (reference 7.7): the producer's id, placement, and handles.
+
+    `transaction_id` is "" unless the message is transactional; `recall_handle` is "" unless it is a
+    delayed message (then `Broker.recall` accepts it until the message is delivered).
+    """
+
+    message_id: str
+    queue_id: int
+    offset: int
+    transaction_id: str
+    recall_handle: str
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One popped message: what ReceiveMessage streams to the consumer (reference 7.5).
+
+    Attributes:
+        message: the stored message.
+        receipt_handle: opaque handle for Ack / ChangeInvisibleDuration / ForwardToDLQ (reference 7.6).
+        delivery_attempt: 1 on first delivery, +1 per redelivery (SystemProperties.delivery_attempt).
+        invisible_until: when the message becomes visible again unless acked (or renewed).
+        dead_letter_of: `(original topic, original message id)` when popped from a `%DLQ%` topic
+            (SystemProperties.dead_letter_queue).
+    """
+
+    message: StoredMessage
+    receipt_handle: str
+    delivery_attempt: int
+    invisible_until: float
+    dead_letter_of: tuple[str, str] | None
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionCheck:
+    """A due RecoverOrphanedTransactionCommand for the producer `producer_client_id` (reference 7.7)."""
+
+    producer_client_id: str
+    message: StoredMessage
+    transaction_id: str
