@@ -189,3 +189,17 @@ def test_fifo_read_ahead_is_bounded() -> None:
         now += 1
     assert [name for name in got if name.startswith("A")] == [f"A{i}" for i in range(1, 20)]
     assert "B1" in got
+
+
+def test_in_flight_message_in_the_middle_blocks_the_rest_of_its_group() -> None:
+    _, broker = make(FIFO, queues=1, fifo=True)
+    _send(broker, "A", "A1", "A2")
+    a1, a2 = pop(broker, T0, invisible=100)
+    nack(broker, a1, T0 + 1, 0.0)  # A1 visible again, A2 still in flight
+    _send(broker, "A", "A3")
+    again = pop(broker, T0 + 2)
+    assert ids(again) == ["A1"]  # A3 must wait behind the in-flight A2
+    ack(broker, again[0], T0 + 3)
+    assert pop(broker, T0 + 4) == []
+    ack(broker, a2, T0 + 5)
+    assert ids(pop(broker, T0 + 6)) == ["A3"]

@@ -42,7 +42,7 @@ def test_nack_via_change_invisible_duration() -> None:
     [d] = pop(broker, T0, invisible=60)
     new_handle = nack(broker, d, T0 + 1, 5.0)
     assert new_handle != d.receipt_handle
-    _invalid(lambda: ack(broker, d, T0 + 2))  # superseded
+    assert "superseded" in _invalid(lambda: ack(broker, d, T0 + 2)).message
     assert pop(broker, T0 + 5.9) == []
     [again] = pop(broker, T0 + 6)
     assert again.delivery_attempt == 2
@@ -86,6 +86,19 @@ def test_expired_handle_rejected() -> None:
     err = _invalid(lambda: ack(broker, d, T0 + 10))
     assert "expired" in err.message
     _invalid(lambda: nack(broker, d, T0 + 10, 5))
+
+
+def test_expiry_is_decided_from_the_handle_alone() -> None:
+    catalog, broker = make(queues=1)
+    broker.send([msg()], T0)
+    [d] = pop(broker, T0, invisible=10)
+    # A broker of the same name that never saw the message still knows the handle has expired.
+    amnesiac = Broker("broker-a", catalog)
+    assert (
+        _invalid(lambda: ack(amnesiac, d, T0 + 10.5)).message
+        == "invalid receipt handle: receipt handle is expired"
+    )
+    assert "already acknowledged" in _invalid(lambda: ack(amnesiac, d, T0 + 5)).message
 
 
 def test_already_acked_handle_rejected() -> None:

@@ -1213,8 +1213,6 @@ class Broker:
         if rec.handle != handle:
             # Same nonce but other fields altered: not a handle this broker issued.
             raise _invalid_handle("receipt handle does not match the one issued")
-        if rec.until <= now:
-            raise _invalid_handle("receipt handle is expired")
         if message_id and rec.msg.message_id != message_id:
             raise _invalid_handle(f"it does not belong to message {message_id!r}")
         return rec
