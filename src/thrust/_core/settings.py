@@ -1,0 +1,135 @@
+"""Client settings: local defaults, what the server pushes in Telemetry, and their merge.
+
+The client writes its Settings on every telemetry stream and the server answers with the authoritative
+Settings (reference §1.2, §1.4). The codec turns that answer into a `ServerSettings` (None = the server did
+not set the field); `merge(local, server)` gives the effective `ClientSettings` that producers and consumers
+read. Every server answer is merged again from the local settings, so a field the server stops sending
+falls back to the local value instead of latching (the official Python client latches `fifo`, §6.4 item 4).
+
+Who calls what: the io layer's telemetry owner calls `merge` on each Settings reply and publishes the result;
+nothing else mutates settings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from thrust._core.backoff import RetryPolicy
+
+__all__ = [
+    "CONSUMER_RETRY_POLICY",
+    "PRODUCER_RETRY_POLICY",
+    "ClientSettings",
+    "ServerSettings",
+    "merge",
+]
+
+MiB = 1024 * 1024
+
+# Producer: max 3 attempts, exponential 10 ms -> 1 s, x2 (reference §1.4 field 3, §8).
+PRODUCER_RETRY_POLICY = RetryPolicy.exponential(3, 0.010, 1.0, 2.0)
+
+# Consumer: retryMaxTimes 16 + 1 = 17 attempts, the proxy's customized delays (reference §1.4 field 3, §8).
+CONSUMER_RETRY_POLICY = RetryPolicy.customized(
+    17,
+    (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSettings:
+    """Settings as the client uses them; the local defaults, and after `merge` the effective values.
+
+    Durations are seconds (float, sub-second precision kept).
+
+    Attributes:
+        request_timeout: deadline of unary RPCs (Java 3 s, reference §4.10).
+        retry_policy: producer send retries, or consumer nack delays / FIFO local retries.
+        keep_local_max_attempts: True for producers: the user's `max_attempts` survives the server's answer,
+            only the backoff is taken from the server (Java `PublishingSettings.sync` -> `inheritBackoff`).
+        fifo: the group consumes orderly; decided by the server (reference §4.2 item 5).
+        receive_batch_size: ReceiveMessage `batch_size` (32; the proxy caps at 32).
+        long_polling_timeout: ReceiveMessage long-poll wait. Java's local default is 30 s, but the proxy
+            clamps to [5 s, 20 s] and answers 20 s (§8), so 20 s is the value that is actually used.
+        max_body_size: producer-side body limit (proxy: 4 MiB).
+        validate_message_type: the producer checks a queue's accepted message types before sending.
+        metric_on: the server asks for client metrics (proxy default off).
+    """
+
+    request_timeout: float = 3.0
+    retry_policy: RetryPolicy = CONSUMER_RETRY_POLICY
+    keep_local_max_attempts: bool = False
+    fifo: bool = False
+    receive_batch_size: int = 32
+    long_polling_timeout: float = 20.0
+    max_body_size: int = 4 * MiB
+    validate_message_type: bool = True
+    metric_on: bool = False
+
+    @classmethod
+    def for_producer(cls) -> ClientSettings:
+        """Producer defaults: the producer retry policy, the user's max_attempts kept across merges.
+
+        Adjust with `dataclasses.replace(ClientSettings.for_producer(), request_timeout=...)`."""
+        return cls(retry_policy=PRODUCER_RETRY_POLICY, keep_local_max_attempts=True)
+
+    @classmethod
+    def for_consumer(cls) -> ClientSettings:
+        """Consumer defaults: the server decides max_attempts and backoff (Java PushSubscriptionSettings)."""
+        return cls()
+
+    @property
+    def receive_deadline(self) -> float:
+        """Deadline of one ReceiveMessage call: long polling + request timeout (Java, reference §4.5)."""
+        return self.long_polling_timeout + self.request_timeout
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSettings:
+    """The fields of a server Settings reply that the client acts on; None = not set by the server.
+
+    The codec maps proto3 zero values of non-optional fields (e.g. `Publishing.max_body_size`) to None.
+    """
+
+    request_timeout: float | None = None
+    retry_policy: RetryPolicy | None = None
+    fifo: bool | None = None
+    receive_batch_size: int | None = None
+    long_polling_timeout: float | None = None
+    max_body_size: int | None = None
+    validate_message_type: bool | None = None
+    metric_on: bool | None = None
+
+
+def merge(local: ClientSettings, server: ServerSettings) -> ClientSettings:
+    """The effective settings: each field the server set wins, every other field keeps the local value.
+
+    Non-positive sizes and durations from the server are treated as unset: they are proto3 defaults of a
+    message the server did not fill in, and using them would stall receives or reject every send.
+    The one deliberate exception to "server wins": with `keep_local_max_attempts` the producer keeps its own
+    `max_attempts` and takes only the backoff from the server, as the Java producer does.
+    """
+    retry = local.retry_policy
+    if server.retry_policy is not None:
+        retry = server.retry_policy
+        if local.keep_local_max_attempts:
+            retry = retry.with_max_attempts(local.retry_policy.max_attempts)
+    return ClientSettings(
+        request_timeout=_positive(server.request_timeout, local.request_timeout),
+        retry_policy=retry,
+        keep_local_max_attempts=local.keep_local_max_attempts,
+        fifo=local.fifo if server.fifo is None else server.fifo,
+        receive_batch_size=int(_positive(server.receive_batch_size, local.receive_batch_size)),
+        long_polling_timeout=_positive(server.long_polling_timeout, local.long_polling_timeout),
+        max_body_size=int(_positive(server.max_body_size, local.max_body_size)),
+        validate_message_type=(
+            local.validate_message_type
+            if server.validate_message_type is None
+            else server.validate_message_type
+        ),
+        metric_on=local.metric_on if server.metric_on is None else server.metric_on,
+    )
+
+
+def _positive(value: float | None, default: float) -> float:
+    return default if value is None or value <= 0 else value

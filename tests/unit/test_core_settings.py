@@ -1,0 +1,91 @@
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from thrust._core.backoff import RetryPolicy
+from thrust._core.settings import (
+    CONSUMER_RETRY_POLICY,
+    PRODUCER_RETRY_POLICY,
+    ClientSettings,
+    ServerSettings,
+    merge,
+)
+
+
+def test_defaults_from_reference() -> None:
+    c = ClientSettings.for_consumer()
+    assert c.request_timeout == 3.0
+    assert c.long_polling_timeout == 20.0
+    assert c.receive_batch_size == 32
+    assert c.receive_deadline == 23.0
+    assert CONSUMER_RETRY_POLICY.max_attempts == 17
+    assert CONSUMER_RETRY_POLICY.next_delay(1) == 1
+    assert CONSUMER_RETRY_POLICY.next_delay(18) == 7200
+    assert CONSUMER_RETRY_POLICY.next_delay(99) == 7200
+    p = ClientSettings.for_producer()
+    assert p.retry_policy == PRODUCER_RETRY_POLICY
+    assert PRODUCER_RETRY_POLICY.max_attempts == 3
+    assert PRODUCER_RETRY_POLICY.next_delay(1) == pytest.approx(0.01)
+    assert PRODUCER_RETRY_POLICY.next_delay(20) == pytest.approx(1.0)
+
+
+def test_empty_server_answer_keeps_local() -> None:
+    local = ClientSettings.for_consumer()
+    assert merge(local, ServerSettings()) == local
+
+
+def test_server_wins_for_every_field_it_sets() -> None:
+    local = ClientSettings.for_consumer()
+    policy = RetryPolicy.exponential(5, 5.0, 7200.0, 2.0)
+    server = ServerSettings(
+        request_timeout=2.5,
+        retry_policy=policy,
+        fifo=True,
+        receive_batch_size=16,
+        long_polling_timeout=15.5,
+        max_body_size=1024,
+        validate_message_type=False,
+        metric_on=True,
+    )
+    eff = merge(local, server)
+    assert eff.request_timeout == 2.5
+    assert eff.retry_policy == policy
+    assert eff.fifo is True
+    assert eff.receive_batch_size == 16
+    assert eff.long_polling_timeout == 15.5
+    assert eff.max_body_size == 1024
+    assert eff.validate_message_type is False
+    assert eff.metric_on is True
+
+
+def test_merge_is_from_local_each_time_no_latching() -> None:
+    local = ClientSettings.for_consumer()
+    first = merge(local, ServerSettings(fifo=True, receive_batch_size=8))
+    assert first.fifo and first.receive_batch_size == 8
+    second = merge(local, ServerSettings(fifo=False))
+    assert second.fifo is False
+    assert second.receive_batch_size == 32
+
+
+def test_zero_values_are_unset() -> None:
+    local = ClientSettings.for_consumer()
+    eff = merge(local, ServerSettings(request_timeout=0, receive_batch_size=0, long_polling_timeout=-1))
+    assert eff == local
+
+
+def test_producer_keeps_its_max_attempts_takes_server_backoff() -> None:
+    local = dataclasses.replace(
+        ClientSettings.for_producer(), retry_policy=PRODUCER_RETRY_POLICY.with_max_attempts(5)
+    )
+    server = ServerSettings(retry_policy=RetryPolicy.exponential(3, 0.02, 2.0, 3.0))
+    eff = merge(local, server)
+    assert eff.retry_policy.max_attempts == 5
+    assert eff.retry_policy.next_delay(2) == pytest.approx(0.06)
+
+
+def test_consumer_takes_server_max_attempts() -> None:
+    eff = merge(ClientSettings.for_consumer(), ServerSettings(retry_policy=RetryPolicy.customized(4, [2.5])))
+    assert eff.retry_policy.max_attempts == 4
+    assert eff.retry_policy.next_delay(3) == 2.5
