@@ -1,0 +1,100 @@
+"""thrust: a fast, correct, asyncio-native client for Apache RocketMQ 5 (gRPC).
+
+```
+async with thrust.Producer(endpoints="127.0.0.1:8081", topics=["t"]) as producer:
+    receipt = await producer.send(thrust.Message(topic="t", body=b"...", tag="a"))
+
+async with thrust.SimpleConsumer(endpoints="127.0.0.1:8081", group="g", subscriptions={"t": "*"}) as c:
+    for msg in await c.receive(max_messages=32, invisible_duration=30):
+        await msg.ack()
+```
+
+Plain threaded code uses the same classes from `thrust.sync`. Every error is a `thrust.ThrustError`.
+Logging goes to `logging.getLogger("thrust.*")`; the library never adds handlers.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from thrust.config import ClientConfig, Credentials, TlsConfig
+from thrust.errors import (
+    BadRequestError,
+    ClientClosedError,
+    ConnectionError,
+    ForbiddenError,
+    InternalError,
+    InvalidReceiptHandleError,
+    MessageCorruptedError,
+    NotFoundError,
+    PayloadTooLargeError,
+    ThrustError,
+    TimeoutError,
+    TooManyRequestsError,
+    UnauthorizedError,
+    UnsupportedError,
+    ValidationError,
+)
+from thrust.message import (
+    ConsumeResult,
+    FilterExpression,
+    FilterType,
+    Message,
+    MessageType,
+    ReceivedMessage,
+    SendReceipt,
+    TransactionResolution,
+)
+from thrust.producer import Producer, Transaction
+
+logging.getLogger("thrust").addHandler(logging.NullHandler())
+
+__all__ = [
+    "BadRequestError",
+    "ClientClosedError",
+    "ClientConfig",
+    "ConnectionError",
+    "ConsumeResult",
+    "Credentials",
+    "FilterExpression",
+    "FilterType",
+    "ForbiddenError",
+    "InternalError",
+    "InvalidReceiptHandleError",
+    "Message",
+    "MessageCorruptedError",
+    "MessageType",
+    "NotFoundError",
+    "PayloadTooLargeError",
+    "Producer",
+    "PushConsumer",
+    "ReceivedMessage",
+    "SendReceipt",
+    "SimpleConsumer",
+    "ThrustError",
+    "TimeoutError",
+    "TlsConfig",
+    "TooManyRequestsError",
+    "Transaction",
+    "TransactionResolution",
+    "UnauthorizedError",
+    "UnsupportedError",
+    "ValidationError",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # SimpleConsumer and PushConsumer are imported on first use: PushConsumer lives in its own module
+    # (written separately) and importing `thrust` should not pay for clients that are not used.
+    if name == "SimpleConsumer":
+        from thrust.simple_consumer import SimpleConsumer  # type: ignore[import-not-found,unused-ignore]
+
+        return SimpleConsumer
+    if name == "PushConsumer":
+        try:
+            from thrust.push_consumer import PushConsumer  # type: ignore[import-not-found,unused-ignore]
+        except ImportError as exc:  # pragma: no cover - until the module exists
+            raise AttributeError("thrust.PushConsumer is not available in this build") from exc
+        return PushConsumer
+    raise AttributeError(f"module 'thrust' has no attribute {name!r}")

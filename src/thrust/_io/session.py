@@ -1,0 +1,501 @@
+"""The session layer every client type shares: channels, per-endpoint sessions, routes, housekeeping.
+
+`ClientSession` is one client's connection state:
+
+- one `RpcClient` (grpc.aio channel) per endpoint, created on first use (no I/O);
+- one `EndpointSession` per endpoint in `dict[Endpoint, asyncio.Task[EndpointSession]]`: the first caller
+  inserts a task that opens the Telemetry stream and waits for the server's Settings answer; later callers
+  await the same task (shielded, so a cancelled caller never cancels it); a failed task is removed so that
+  the next call tries again. Nothing holds a lock across I/O: a slow new endpoint never delays calls to
+  endpoints that already have a session (seed 000 item 3; Java `ClientManagerImpl` holds a lock there,
+  reference §4.9);
+- a route cache per topic with the same task-per-key pattern, refreshed every 30 s (reference §4.3);
+- heartbeats every 10 s and a Settings re-sync every 5 min on every telemetry stream (reference §4.3);
+- `call(endpoint, rpc, request)` / `receive(endpoint, request)`: ensure the session, then call through
+  `thrust._io.rpc`, where gRPC errors and non-OK statuses become ThrustErrors;
+- `close(timeout)`: bounded and idempotent (see its docstring).
+
+Everything runs on the loop that created the session; nothing here is thread-safe (nothing needs to be).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import platform
+import socket
+import time
+from collections.abc import Awaitable, Coroutine
+from typing import Any, TypeVar
+
+from thrust import errors
+from thrust._codec import convert
+from thrust._core.endpoints import Endpoint
+from thrust._core.routes import Isolation, RouteCache, TopicRoute
+from thrust._core.settings import ClientSettings, ServerSettings, merge
+from thrust._io.metadata import CLIENT_VERSION, Metadata, new_client_id
+from thrust._io.rpc import OK_ONLY, ReceiveResult, RpcClient
+from thrust._io.telemetry import TelemetryHandler, TelemetryStream
+from thrust._proto.apache.rocketmq.v2 import definition_pb2 as pb
+from thrust._proto.apache.rocketmq.v2 import service_pb2 as spb
+from thrust.config import ClientConfig
+from thrust.errors import ClientClosedError, ThrustError
+
+__all__ = ["ClientSession", "EndpointSession"]
+
+logger = logging.getLogger("thrust.session")
+
+T = TypeVar("T")
+
+HEARTBEAT_INTERVAL = 10.0
+SETTINGS_SYNC_INTERVAL = 300.0
+ROUTE_REFRESH_INTERVAL = 30.0
+# Java waits 3 s + request timeout for the first Settings answer of a new endpoint (reference §4.2 item 3).
+SETTINGS_WAIT_EXTRA = 3.0
+
+
+class EndpointSession:
+    """A live session with one endpoint: its Telemetry stream has been answered with Settings."""
+
+    __slots__ = ("endpoint", "telemetry")
+
+    def __init__(self, endpoint: Endpoint, telemetry: TelemetryStream) -> None:
+        self.endpoint = endpoint
+        self.telemetry = telemetry
+
+
+class _Handler(TelemetryHandler):
+    """Routes telemetry events to the session (settings merge, reconnect) and the client (the rest)."""
+
+    def __init__(self, session: ClientSession, client: TelemetryHandler) -> None:
+        self._session = session
+        self._client = client
+
+    def settings_command(self) -> pb.Settings:
+        return self._session._settings_command()
+
+    def on_settings(self, endpoint: Endpoint, settings: pb.Settings) -> None:
+        self._session._apply_settings(endpoint, settings)
+        self._client.on_settings(endpoint, settings)
+
+    async def on_recover_orphaned_transaction(
+        self, endpoint: Endpoint, command: spb.RecoverOrphanedTransactionCommand
+    ) -> None:
+        await self._client.on_recover_orphaned_transaction(endpoint, command)
+
+    async def on_verify_message(
+        self, endpoint: Endpoint, command: spb.VerifyMessageCommand
+    ) -> tuple[int, str]:
+        return await self._client.on_verify_message(endpoint, command)
+
+    def on_reconnect(self, endpoint: Endpoint) -> None:
+        self._session._replace_channel(endpoint)
+        self._client.on_reconnect(endpoint)
+
+
+class ClientSession:
+    """Connection state of one client (producer or consumer); see the module docstring.
+
+    Args:
+        config: the client configuration.
+        client_type: `apache.rocketmq.v2.ClientType` value (PRODUCER=1, PUSH_CONSUMER=2, SIMPLE_CONSUMER=3).
+        local_settings: the client's defaults; `settings` is these merged with each server answer.
+        handler: the client's telemetry handler. `handler.settings_command()` returns the client-specific
+            part of Settings (`publishing` or `subscription`, and `backoff_policy` for producers); the
+            session fills in client_type, access_point, request_timeout, user_agent and metric.
+        group: the consumer group (heartbeats and NotifyClientTermination carry it).
+        heartbeat_interval, settings_sync_interval, route_refresh_interval: housekeeping periods (seconds).
+
+    Attributes:
+        client_id: the `x-mq-client-id` of this client.
+        settings: the effective `ClientSettings` (local defaults merged with the latest server answer).
+        settings_version: incremented on every applied server Settings answer.
+    """
+
+    def __init__(
+        self,
+        config: ClientConfig,
+        *,
+        client_type: int,
+        local_settings: ClientSettings,
+        handler: TelemetryHandler,
+        group: str | None = None,
+        heartbeat_interval: float = HEARTBEAT_INTERVAL,
+        settings_sync_interval: float = SETTINGS_SYNC_INTERVAL,
+        route_refresh_interval: float = ROUTE_REFRESH_INTERVAL,
+    ) -> None:
+        self.config = config
+        self.client_type = client_type
+        self.group = group
+        self.client_id = new_client_id()
+        self.metadata = Metadata(config, self.client_id)
+        self.access_point = config.access_point
+        self.local_settings = local_settings
+        self.settings = merge(local_settings, ServerSettings())
+        self.settings_version = 0
+        self._handler = _Handler(self, handler)
+        self._intervals = (heartbeat_interval, settings_sync_interval, route_refresh_interval)
+        self._rpcs: dict[Endpoint, RpcClient] = {}
+        self._sessions: dict[Endpoint, asyncio.Task[EndpointSession]] = {}
+        self.routes = RouteCache(route_refresh_interval)
+        self.isolation = Isolation()
+        self._route_tasks: dict[str, asyncio.Task[TopicRoute]] = {}
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._periodic: list[asyncio.Task[None]] = []
+        self._inflight = 0
+        self._idle: asyncio.Event | None = None
+        self._closing = False
+        self._closed = False
+        self._closed_event = asyncio.Event()
+        self._started = False
+        self._static_settings = self._build_static_settings()
+        self._group_resource = self.resource(group) if group else None
+
+    # -- small helpers -----------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        """True once `close()` has begun: new calls raise ClientClosedError."""
+        return self._closing
+
+    @property
+    def namespace(self) -> str:
+        return self.config.namespace
+
+    def resource(self, name: str) -> pb.Resource:
+        """`Resource{namespace, name}` for a topic or group of this client."""
+        return pb.Resource(resource_namespace=self.config.namespace, name=name)
+
+    def spawn(self, coro: Coroutine[Any, Any, T] | Awaitable[T], name: str) -> asyncio.Task[T]:
+        """Run `coro` as a task owned by this session: it is cancelled and awaited by `close()`.
+
+        Exceptions are logged at debug level (owned tasks report their own errors where they matter)."""
+        task: asyncio.Task[T] = asyncio.ensure_future(coro)
+        task.set_name(name)
+        self._tasks.add(task)
+        task.add_done_callback(self._task_done)
+        return task
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            logger.debug("background task %s failed: %r", task.get_name(), exc)
+
+    def _check_open(self) -> None:
+        if self._closing:
+            raise ClientClosedError("the client is closed")
+
+    # -- settings --------------------------------------------------------------------------------
+
+    def _build_static_settings(self) -> pb.Settings:
+        s = pb.Settings(client_type=self.client_type)  # type: ignore[arg-type]
+        s.access_point.CopyFrom(convert.endpoint_to_pb(self.access_point))
+        s.request_timeout.CopyFrom(convert.duration(self.config.request_timeout))
+        s.user_agent.language = pb.PYTHON
+        s.user_agent.version = CLIENT_VERSION
+        s.user_agent.platform = f"{platform.system()} {platform.release()} Python {platform.python_version()}"
+        s.user_agent.hostname = socket.gethostname()
+        s.metric.on = False
+        return s
+
+    def _settings_command(self) -> pb.Settings:
+        s = pb.Settings()
+        s.CopyFrom(self._static_settings)
+        s.MergeFrom(self._handler._client.settings_command())
+        return s
+
+    def _apply_settings(self, endpoint: Endpoint, settings: pb.Settings) -> None:
+        # Every answer is merged again from the local defaults (no latching: reference §6.4 item 4).
+        self.settings = merge(self.local_settings, convert.server_settings_from_pb(settings))
+        self.settings_version += 1
+
+    # -- channels and sessions -------------------------------------------------------------------
+
+    def rpc(self, endpoint: Endpoint) -> RpcClient:
+        """The channel to `endpoint`, created on first use (no I/O happens here)."""
+        client = self._rpcs.get(endpoint)
+        if client is None:
+            self._check_open()
+            client = RpcClient(endpoint, self.config, self.metadata)
+            self._rpcs[endpoint] = client
+        return client
+
+    def _replace_channel(self, endpoint: Endpoint) -> None:
+        """ReconnectEndpointsCommand: a fresh channel; the old one drains in-flight calls, then closes."""
+        old = self._rpcs.pop(endpoint, None)
+        if self._closing:
+            return
+        self.rpc(endpoint)
+        if old is not None:
+            self.spawn(old.close(self.config.request_timeout), f"thrust-close-channel-{endpoint}")
+
+    def session_task(self, endpoint: Endpoint) -> asyncio.Task[EndpointSession]:
+        """The task that opens (or opened) the session with `endpoint`; created by the first caller."""
+        task = self._sessions.get(endpoint)
+        if task is None:
+            self._check_open()
+            task = asyncio.get_running_loop().create_task(
+                self._open_session(endpoint), name=f"thrust-session-{endpoint}"
+            )
+            self._sessions[endpoint] = task
+            task.add_done_callback(lambda t, ep=endpoint: self._session_done(ep, t))  # type: ignore[misc]
+        return task
+
+    def session(self, endpoint: Endpoint) -> Awaitable[EndpointSession]:
+        """Await this for the session with `endpoint` (an open one, or the shared task that opens it)."""
+        task = self.session_task(endpoint)
+        if task.done():
+            return task
+        # Shield: a caller that gives up (timeout, cancellation) must not cancel the shared creation.
+        return asyncio.shield(task)
+
+    def _session_done(self, endpoint: Endpoint, task: asyncio.Task[EndpointSession]) -> None:
+        if task.cancelled() or task.exception() is not None:
+            if self._sessions.get(endpoint) is task:
+                del self._sessions[endpoint]
+
+    async def _open_session(self, endpoint: Endpoint) -> EndpointSession:
+        self.rpc(endpoint)
+        stream = TelemetryStream(endpoint, lambda: self.rpc(endpoint), self._handler, self.spawn)
+        wait = self.config.request_timeout + SETTINGS_WAIT_EXTRA
+        try:
+            async with asyncio.timeout(wait):
+                await asyncio.shield(stream.settings_received)
+        except BaseException as exc:
+            await stream.close()
+            if isinstance(exc, TimeoutError) and not isinstance(exc, ThrustError):
+                raise errors.TimeoutError(f"no Settings answer from {endpoint} within {wait:g}s") from None
+            raise
+        logger.debug("session with %s established", endpoint)
+        return EndpointSession(endpoint, stream)
+
+    def open_sessions(self) -> list[Endpoint]:
+        """Endpoints whose session is established."""
+        return [
+            ep for ep, t in self._sessions.items() if t.done() and not t.cancelled() and t.exception() is None
+        ]
+
+    def telemetry(self, endpoint: Endpoint) -> TelemetryStream | None:
+        """The telemetry stream of an established session (for tests and diagnostics)."""
+        task = self._sessions.get(endpoint)
+        if task is None or not task.done() or task.cancelled() or task.exception() is not None:
+            return None
+        return task.result().telemetry
+
+    # -- calls -----------------------------------------------------------------------------------
+
+    async def call(
+        self,
+        endpoint: Endpoint,
+        rpc: str,
+        request: Any,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 - a deadline passed to grpc, not a wait
+        ok: frozenset[int] = OK_ONLY,
+        need_session: bool = True,
+    ) -> Any:
+        """Call unary `rpc` (its protocol name, e.g. "SendMessage") on `endpoint`.
+
+        Waits for the endpoint's session first (unless `need_session=False`, e.g. QueryRoute). Returns the
+        response; raises a ThrustError for transport failures and for a `status.code` not in `ok`.
+        `timeout` defaults to the effective request timeout.
+        """
+        self._check_open()
+        task = self._sessions.get(endpoint)
+        if need_session and (task is None or not task.done() or task.exception() is not None):
+            await self.session(endpoint)
+        self._inflight += 1
+        try:
+            return await self.rpc(endpoint).unary(
+                rpc, request, self.settings.request_timeout if timeout is None else timeout, ok
+            )
+        finally:
+            self._inflight -= 1
+            if self._inflight == 0 and self._idle is not None:
+                self._idle.set()
+
+    async def receive(self, endpoint: Endpoint, request: Any, *, timeout: float) -> ReceiveResult:  # noqa: ASYNC109 - a deadline passed to grpc, not a wait
+        """One ReceiveMessage stream to completion on `endpoint` (session ensured first)."""
+        self._check_open()
+        task = self._sessions.get(endpoint)
+        if task is None or not task.done() or task.exception() is not None:
+            await self.session(endpoint)
+        self._inflight += 1
+        try:
+            return await self.rpc(endpoint).receive(request, timeout)
+        finally:
+            self._inflight -= 1
+            if self._inflight == 0 and self._idle is not None:
+                self._idle.set()
+
+    # -- routes ----------------------------------------------------------------------------------
+
+    async def route(self, topic: str) -> TopicRoute:
+        """The route of `topic`, from the cache or fetched once (concurrent callers share the fetch)."""
+        route = self.routes.get(topic)
+        if route is not None:
+            return route
+        self._check_open()
+        task = self._route_tasks.get(topic)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(
+                self._fetch_route(topic), name=f"thrust-route-{topic}"
+            )
+            self._route_tasks[topic] = task
+            task.add_done_callback(lambda t, tp=topic: self._route_tasks.pop(tp, None))  # type: ignore[misc]
+            task.add_done_callback(_retrieve)
+        return await asyncio.shield(task)
+
+    async def _fetch_route(self, topic: str) -> TopicRoute:
+        request = spb.QueryRouteRequest(
+            topic=self.resource(topic), endpoints=convert.endpoint_to_pb(self.access_point)
+        )
+        response = await self.call(self.access_point, "QueryRoute", request, need_session=False)
+        update = self.routes.update(
+            topic, convert.route_queues_from_pb(topic, response.message_queues), time.monotonic()
+        )
+        for endpoint in update.route.endpoints:
+            if endpoint not in self._sessions and not self._closing:
+                # Open sessions to new brokers in the background; errors surface on first use.
+                self.session_task(endpoint)
+        return update.route
+
+    def cached_route(self, topic: str) -> TopicRoute | None:
+        """The cached route of `topic`, without I/O."""
+        return self.routes.get(topic)
+
+    async def refresh_routes(self) -> None:
+        """Fetch every cached topic's route again (failures keep the old route)."""
+        for topic in self.routes.topics():
+            try:
+                await self._fetch_route(topic)
+            except ThrustError as exc:
+                logger.info("route refresh of %r failed: %s", topic, exc)
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    async def start(self, topics: tuple[str, ...] | list[str] = ()) -> None:
+        """Fetch the routes of `topics`, open sessions to their brokers, start housekeeping.
+
+        Raises the first error (e.g. TOPIC_NOT_FOUND, UNAUTHORIZED); the caller then closes the session.
+        """
+        self._check_open()
+        if not self._started:
+            self._started = True
+            hb, sync, refresh = self._intervals
+            self._periodic = [
+                self.spawn(self._every(hb, self._heartbeat), "thrust-heartbeat"),
+                self.spawn(self._every(sync, self._sync_settings), "thrust-settings-sync"),
+                self.spawn(self._every(refresh, self.refresh_routes), "thrust-route-refresh"),
+            ]
+        routes = await asyncio.gather(*(self.route(t) for t in topics))
+        endpoints = {ep for r in routes for ep in r.endpoints} or {self.access_point}
+        await asyncio.gather(*(self.session(ep) for ep in endpoints))
+
+    async def _every(self, interval: float, action: Any) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await action()
+            except ThrustError as exc:
+                logger.debug("periodic %s failed: %s", getattr(action, "__name__", action), exc)
+
+    async def _heartbeat(self) -> None:
+        request = spb.HeartbeatRequest(client_type=self.client_type)  # type: ignore[arg-type]
+        if self._group_resource is not None:
+            request.group.CopyFrom(self._group_resource)
+        endpoints = self.open_sessions()
+        results = await asyncio.gather(
+            *(self.call(ep, "Heartbeat", request, need_session=False) for ep in endpoints),
+            return_exceptions=True,
+        )
+        for ep, result in zip(endpoints, results, strict=True):
+            if isinstance(result, BaseException):
+                logger.info("heartbeat to %s failed: %s", ep, result)
+
+    async def _sync_settings(self) -> None:
+        for ep in self.open_sessions():
+            stream = self.telemetry(ep)
+            if stream is not None:
+                stream.sync_settings()
+
+    async def wait_idle(self, timeout: float) -> bool:  # noqa: ASYNC109 - a deadline passed to grpc, not a wait
+        """Wait until no call is in flight (at most `timeout` seconds); True when idle."""
+        if self._inflight == 0:
+            return True
+        self._idle = asyncio.Event()
+        try:
+            async with asyncio.timeout(max(0.0, timeout)):
+                while self._inflight:
+                    self._idle.clear()
+                    await self._idle.wait()
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            self._idle = None
+
+    async def close(self, timeout: float = 5.0) -> None:  # noqa: ASYNC109 - a deadline passed to grpc, not a wait
+        """Close within `timeout` seconds; idempotent.
+
+        Order: refuse new calls, wait for in-flight calls, NotifyClientTermination to every endpoint with a
+        session (reference §4.11), close telemetry streams, cancel every owned task, close every channel.
+        Whatever is still running at the deadline is cancelled, so nothing outlives this call.
+        """
+        if self._closed:
+            return
+        if self._closing:
+            # A concurrent close: wait for the first one to finish.
+            await self._closed_event.wait()
+            return
+        self._closing = True
+        deadline = time.monotonic() + max(0.0, timeout)
+        try:
+            for task in self._periodic:
+                task.cancel()
+            await self.wait_idle(max(0.0, deadline - time.monotonic() - 0.2))
+            endpoints = self.open_sessions()
+            remaining = deadline - time.monotonic()
+            if endpoints and remaining > 0.05:
+                request = spb.NotifyClientTerminationRequest()
+                if self._group_resource is not None:
+                    request.group.CopyFrom(self._group_resource)
+                per_call = min(self.config.request_timeout, remaining * 0.6)
+                await asyncio.gather(
+                    *(
+                        self.rpc(ep).unary("NotifyClientTermination", request, per_call)
+                        for ep in endpoints
+                        if ep in self._rpcs
+                    ),
+                    return_exceptions=True,
+                )
+        finally:
+            await self._teardown()
+
+    async def _teardown(self) -> None:
+        streams = []
+        for task in list(self._sessions.values()):
+            if task.done() and not task.cancelled() and task.exception() is None:
+                streams.append(task.result().telemetry)
+            else:
+                task.cancel()
+        await asyncio.gather(*(s.close() for s in streams), return_exceptions=True)
+        pending = [
+            t for t in (*self._sessions.values(), *self._route_tasks.values(), *self._tasks) if not t.done()
+        ]
+        for t in pending:
+            t.cancel()
+        if pending:
+            await asyncio.wait(pending, timeout=1.0)
+        channels = list(self._rpcs.values())
+        self._rpcs.clear()
+        await asyncio.gather(*(c.close(None) for c in channels), return_exceptions=True)
+        self._sessions.clear()
+        self._closed = True
+        self._closed_event.set()
+
+
+def _retrieve(task: asyncio.Task[Any]) -> None:
+    """Mark a shared task's exception as retrieved (its awaiters got it; nobody else should warn)."""
+    if not task.cancelled():
+        task.exception()

@@ -1,0 +1,186 @@
+"""Client configuration: where the proxy is, who we are, how to secure the wire.
+
+`ClientConfig` is shared by every client type. It is immutable, validates itself on construction and
+never prints secrets (the `repr` of `Credentials` masks the secret key and the session token).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from thrust._core.endpoints import Endpoint, parse_endpoint
+
+__all__ = ["ClientConfig", "Credentials", "TlsConfig"]
+
+_ENV_PREFIX = "ROCKETMQ_"
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Credentials:
+    """AK/SK credentials for the `authorization` header (reference §2), plus an optional STS token.
+
+    The `repr` never shows `secret_key` or `session_token`.
+    """
+
+    access_key: str
+    secret_key: str = field(repr=False)
+    session_token: str | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.access_key or not self.secret_key:
+            raise ValueError("Credentials need a non-empty access_key and secret_key")
+
+    def __repr__(self) -> str:
+        token = ", session_token=***" if self.session_token else ""
+        return f"Credentials(access_key={self.access_key!r}, secret_key=***{token})"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TlsConfig:
+    """TLS for the gRPC channels.
+
+    Attributes:
+        enabled: False gives a plaintext channel (the default of `ClientConfig`).
+        ca_file: PEM bundle of trusted roots; None uses the system roots.
+        cert_file, key_file: a client certificate and its key (mutual TLS); both or neither.
+        server_name: overrides the name checked against the server certificate (SNI / authority).
+    """
+
+    enabled: bool = True
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    server_name: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("TlsConfig: cert_file and key_file go together")
+
+    def read_files(self) -> tuple[bytes | None, bytes | None, bytes | None]:
+        """(root CA, client key, client cert chain) as bytes, read now (for the channel credentials)."""
+
+        def read(path: str | None) -> bytes | None:
+            if path is None:
+                return None
+            with open(path, "rb") as f:
+                return f.read()
+
+        return read(self.ca_file), read(self.key_file), read(self.cert_file)
+
+
+def _as_endpoints(value: str | Iterable[str]) -> str:
+    if isinstance(value, str):
+        parts = [p.strip() for p in value.replace(",", ";").split(";")]
+    else:
+        parts = [str(p).strip() for p in value]
+    parts = [p for p in parts if p]
+    if not parts:
+        raise ValueError("endpoints: at least one host:port is required")
+    return ";".join(parts)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClientConfig:
+    """Everything a client needs to talk to a RocketMQ 5 proxy.
+
+    Args:
+        endpoints: one or many `host:port` (IPv4, `[IPv6]:port`, or a DNS name), as a `;`/`,`-separated
+            string or a list.
+        namespace: the RocketMQ namespace, sent in every `Resource` and the `x-mq-namespace` header.
+        credentials: AK/SK (and optional session token); None sends no `authorization` header.
+        tls: a `TlsConfig`, True (TLS with system roots) or False/None (plaintext).
+        request_timeout: the deadline of each unary call in seconds (sub-second values allowed).
+    """
+
+    endpoints: str
+    namespace: str = ""
+    credentials: Credentials | None = None
+    tls: TlsConfig | None = None
+    request_timeout: float = 3.0
+
+    def __init__(
+        self,
+        endpoints: str | Iterable[str],
+        *,
+        namespace: str = "",
+        credentials: Credentials | None = None,
+        tls: TlsConfig | bool | None = None,
+        request_timeout: float = 3.0,
+    ) -> None:
+        s = object.__setattr__
+        s(self, "endpoints", _as_endpoints(endpoints))
+        s(self, "namespace", namespace or "")
+        s(self, "credentials", credentials)
+        if tls is True:
+            tls = TlsConfig()
+        elif tls is False or (isinstance(tls, TlsConfig) and not tls.enabled):
+            tls = None
+        s(self, "tls", tls)
+        timeout = float(request_timeout)
+        if not timeout > 0:
+            raise ValueError("request_timeout must be > 0 seconds")
+        s(self, "request_timeout", timeout)
+        # Validate the endpoints now so that a typo fails at construction, not at the first send.
+        parse_endpoint(self.endpoints)
+
+    @property
+    def access_point(self) -> Endpoint:
+        """The parsed endpoints (the access point routes are queried from)."""
+        return parse_endpoint(self.endpoints)
+
+    def replace(self, **changes: Any) -> ClientConfig:
+        """A copy with some fields changed."""
+        return replace(self, **changes)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> ClientConfig:
+        """Build from `ROCKETMQ_*` environment variables; keyword arguments win over the environment.
+
+        Variables: `ROCKETMQ_ENDPOINTS` (required unless `endpoints=` is given), `ROCKETMQ_NAMESPACE`,
+        `ROCKETMQ_ACCESS_KEY` + `ROCKETMQ_SECRET_KEY` (+ `ROCKETMQ_SESSION_TOKEN`), `ROCKETMQ_TLS`
+        (1/0), `ROCKETMQ_TLS_CA_FILE`, `ROCKETMQ_TLS_CERT_FILE`, `ROCKETMQ_TLS_KEY_FILE`,
+        `ROCKETMQ_TLS_SERVER_NAME`, `ROCKETMQ_REQUEST_TIMEOUT` (seconds, float).
+        """
+        env = os.environ if environ is None else environ
+
+        def get(name: str) -> str | None:
+            value = env.get(_ENV_PREFIX + name)
+            return value if value not in (None, "") else None
+
+        kwargs: dict[str, Any] = {}
+        if (endpoints := get("ENDPOINTS")) is not None:
+            kwargs["endpoints"] = endpoints
+        if (namespace := get("NAMESPACE")) is not None:
+            kwargs["namespace"] = namespace
+        ak, sk = get("ACCESS_KEY"), get("SECRET_KEY")
+        if ak or sk:
+            if not (ak and sk):
+                raise ValueError("ROCKETMQ_ACCESS_KEY and ROCKETMQ_SECRET_KEY go together")
+            kwargs["credentials"] = Credentials(
+                access_key=ak, secret_key=sk, session_token=get("SESSION_TOKEN")
+            )
+        tls_flag = (env.get(_ENV_PREFIX + "TLS") or "").strip().lower()
+        if tls_flag not in _TRUE | _FALSE:
+            raise ValueError(f"ROCKETMQ_TLS must be one of 1/0/true/false, not {tls_flag!r}")
+        ca, cert, key, name = (
+            get(n) for n in ("TLS_CA_FILE", "TLS_CERT_FILE", "TLS_KEY_FILE", "TLS_SERVER_NAME")
+        )
+        if tls_flag in _TRUE or (tls_flag == "" and any((ca, cert, key, name))):
+            kwargs["tls"] = TlsConfig(ca_file=ca, cert_file=cert, key_file=key, server_name=name)
+        if (timeout := get("REQUEST_TIMEOUT")) is not None:
+            kwargs["request_timeout"] = float(timeout)
+        kwargs.update(overrides)
+        if "endpoints" not in kwargs:
+            raise ValueError("no endpoints: set ROCKETMQ_ENDPOINTS or pass endpoints=")
+        return cls(**kwargs)
+
+    def __repr__(self) -> str:
+        return (
+            f"ClientConfig(endpoints={self.endpoints!r}, namespace={self.namespace!r}, "
+            f"credentials={self.credentials!r}, tls={self.tls!r}, request_timeout={self.request_timeout})"
+        )

@@ -1,0 +1,405 @@
+"""Public domain types: what users build (`Message`) and what the client hands back.
+
+All of them are immutable from the outside and use `__slots__` so that the per-message cost stays at a
+handful of attribute stores (reference python-grpc-ceilings §5: the Python object per message costs more
+than the protobuf parse, so it must stay small). Times are float seconds since the Unix epoch.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Awaitable, Iterable, Mapping
+from datetime import datetime
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from thrust._core.endpoints import Endpoint
+
+__all__ = [
+    "ConsumeResult",
+    "FilterExpression",
+    "FilterType",
+    "Message",
+    "MessageType",
+    "ReceivedMessage",
+    "SendReceipt",
+    "TransactionResolution",
+]
+
+_EMPTY: Mapping[str, str] = MappingProxyType({})
+
+
+class MessageType(enum.IntEnum):
+    """`apache.rocketmq.v2.MessageType`: how the broker treats a message."""
+
+    NORMAL = 1
+    FIFO = 2
+    DELAY = 3
+    TRANSACTION = 4
+    LITE = 5
+    PRIORITY = 6
+
+
+class ConsumeResult(enum.Enum):
+    """What a push-consumer listener returns: SUCCESS acks the message, FAILURE asks for redelivery."""
+
+    SUCCESS = "SUCCESS"
+    FAILURE = "FAILURE"
+
+
+class TransactionResolution(enum.Enum):
+    """The answer of a transaction checker: commit, roll back, or not known yet (ask again later)."""
+
+    COMMIT = "COMMIT"
+    ROLLBACK = "ROLLBACK"
+    UNKNOWN = "UNKNOWN"
+
+
+class FilterType(enum.IntEnum):
+    """`apache.rocketmq.v2.FilterType`."""
+
+    TAG = 1
+    SQL = 2
+
+
+class FilterExpression:
+    """A server-side subscription filter: a tag expression (`"a||b"`, `"*"`) or a SQL92 expression.
+
+    Build one with `FilterExpression.tag("a||b")`, `FilterExpression.sql("price > 10")` or
+    `FilterExpression.all()`. Where a subscription accepts a plain `str`, it is a tag expression.
+    """
+
+    __slots__ = ("expression", "type")
+
+    expression: str
+    type: FilterType
+
+    def __init__(self, expression: str = "*", type: FilterType = FilterType.TAG) -> None:
+        object.__setattr__(self, "expression", expression)
+        object.__setattr__(self, "type", FilterType(type))
+
+    @classmethod
+    def tag(cls, expression: str = "*") -> FilterExpression:
+        """A tag filter: `"*"` for everything, or tags joined by `||`."""
+        return cls(expression, FilterType.TAG)
+
+    @classmethod
+    def sql(cls, expression: str) -> FilterExpression:
+        """A SQL92 filter over user properties (and `TAGS`)."""
+        return cls(expression, FilterType.SQL)
+
+    @classmethod
+    def all(cls) -> FilterExpression:
+        """Every message of the topic (`"*"` tag filter)."""
+        return cls("*", FilterType.TAG)
+
+    @classmethod
+    def of(cls, value: str | FilterExpression) -> FilterExpression:
+        """`value` itself, or a tag filter when it is a plain string."""
+        if isinstance(value, FilterExpression):
+            return value
+        if not isinstance(value, str):
+            raise TypeError(f"a filter is a str (tag expression) or a FilterExpression, not {type(value)!r}")
+        return cls(value, FilterType.TAG)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("FilterExpression is immutable")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, FilterExpression):
+            return NotImplemented
+        return self.expression == other.expression and self.type == other.type
+
+    def __hash__(self) -> int:
+        return hash((self.expression, self.type))
+
+    def __repr__(self) -> str:
+        return f"FilterExpression.{self.type.name.lower()}({self.expression!r})"
+
+
+def _epoch(value: datetime | float | int) -> float:
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise ValueError("delivery_time must be timezone-aware (or epoch seconds)")
+        return value.timestamp()
+    return float(value)
+
+
+class Message:
+    """A message to send. Immutable; build a new one to change a field.
+
+    Args:
+        topic: the topic name (without namespace).
+        body: the payload, non-empty bytes.
+        tag: optional tag the consumers filter on.
+        keys: optional business keys (indexed by the broker).
+        properties: optional user properties (`str -> str`).
+        message_group: FIFO group; messages of one group are delivered in send order.
+        delivery_time: deliver no earlier than this time (timezone-aware datetime or epoch seconds).
+        delay: deliver after this many seconds from now (a shortcut for `delivery_time`).
+        priority: priority for PRIORITY topics (higher first).
+
+    A message with `message_group` is FIFO; with a delivery time it is DELAY; with a priority PRIORITY.
+    Those are mutually exclusive (the server answers MESSAGE_PROPERTY_CONFLICT_WITH_TYPE), and
+    `Producer.send` rejects the combination before any I/O.
+    """
+
+    __slots__ = (
+        "body",
+        "delivery_timestamp",
+        "keys",
+        "message_group",
+        "priority",
+        "properties",
+        "tag",
+        "topic",
+    )
+
+    topic: str
+    body: bytes
+    tag: str | None
+    keys: tuple[str, ...]
+    properties: Mapping[str, str]
+    message_group: str | None
+    delivery_timestamp: float | None
+    priority: int | None
+
+    def __init__(
+        self,
+        *,
+        topic: str,
+        body: bytes,
+        tag: str | None = None,
+        keys: Iterable[str] | str = (),
+        properties: Mapping[str, str] | None = None,
+        message_group: str | None = None,
+        delivery_time: datetime | float | None = None,
+        delay: float | None = None,
+        priority: int | None = None,
+    ) -> None:
+        if delay is not None and delivery_time is not None:
+            raise ValueError("give either delivery_time or delay, not both")
+        if isinstance(body, (bytearray, memoryview)):
+            body = bytes(body)
+        s = object.__setattr__
+        s(self, "topic", topic)
+        s(self, "body", body)
+        s(self, "tag", tag)
+        s(self, "keys", (keys,) if isinstance(keys, str) else tuple(keys))
+        s(self, "properties", MappingProxyType(dict(properties)) if properties else _EMPTY)
+        s(self, "message_group", message_group)
+        if delay is not None:
+            s(self, "delivery_timestamp", time.time() + float(delay))
+        elif delivery_time is not None:
+            s(self, "delivery_timestamp", _epoch(delivery_time))
+        else:
+            s(self, "delivery_timestamp", None)
+        s(self, "priority", priority)
+
+    @property
+    def message_type(self) -> MessageType:
+        """The type implied by the fields (transactions are chosen by `Producer.transaction()`)."""
+        if self.message_group is not None:
+            return MessageType.FIFO
+        if self.delivery_timestamp is not None:
+            return MessageType.DELAY
+        if self.priority is not None:
+            return MessageType.PRIORITY
+        return MessageType.NORMAL
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("Message is immutable")
+
+    def __repr__(self) -> str:
+        extra = "".join(
+            f", {k}={getattr(self, k)!r}"
+            for k in ("tag", "keys", "message_group", "delivery_timestamp", "priority")
+            if getattr(self, k)
+        )
+        return f"Message(topic={self.topic!r}, body=<{len(self.body)} bytes>{extra})"
+
+
+class SendReceipt:
+    """The broker's answer for one sent message.
+
+    Attributes:
+        message_id: the id the client assigned (34 uppercase hex chars), kept across retries.
+        topic: the topic the message went to.
+        offset: the queue offset the broker stored it at.
+        transaction_id: set for transactional messages.
+        recall_handle: for delay messages, the handle `Producer.recall` takes.
+    """
+
+    __slots__ = ("message_id", "offset", "recall_handle", "topic", "transaction_id")
+
+    message_id: str
+    topic: str
+    offset: int
+    transaction_id: str
+    recall_handle: str
+
+    def __init__(
+        self, *, message_id: str, topic: str, offset: int, transaction_id: str = "", recall_handle: str = ""
+    ) -> None:
+        s = object.__setattr__
+        s(self, "message_id", message_id)
+        s(self, "topic", topic)
+        s(self, "offset", offset)
+        s(self, "transaction_id", transaction_id)
+        s(self, "recall_handle", recall_handle)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("SendReceipt is immutable")
+
+    def __repr__(self) -> str:
+        return f"SendReceipt(message_id={self.message_id!r}, topic={self.topic!r}, offset={self.offset})"
+
+
+class _Settler(Protocol):
+    def ack(self, message: ReceivedMessage) -> Awaitable[None]: ...
+
+    def change_invisible_duration(self, message: ReceivedMessage, seconds: float) -> Awaitable[None]: ...
+
+
+class ReceivedMessage:
+    """A message delivered to a consumer. Read-only; parsed once, digest verified, body decompressed.
+
+    Attributes:
+        topic, body, tag, keys, properties, message_group: as sent.
+        message_id: the producer-assigned id.
+        delivery_attempt: 1 on first delivery, +1 on each redelivery.
+        born_timestamp / store_timestamp / delivery_timestamp: epoch seconds (None when unknown).
+        born_host, queue_id, queue_offset: where it came from.
+        receipt_handle: the current handle; `change_invisible_duration` replaces it with the server's new one.
+        message_type: NORMAL, FIFO, DELAY, TRANSACTION or PRIORITY.
+        priority: for PRIORITY messages.
+
+    `await msg.ack()` and `await msg.change_invisible_duration(seconds)` settle it through the consumer
+    that received it.
+    """
+
+    __slots__ = (
+        "_endpoint",
+        "_receipt_handle",
+        "_settler",
+        "body",
+        "born_host",
+        "born_timestamp",
+        "delivery_attempt",
+        "delivery_timestamp",
+        "keys",
+        "message_group",
+        "message_id",
+        "message_type",
+        "priority",
+        "properties",
+        "queue_id",
+        "queue_offset",
+        "store_timestamp",
+        "tag",
+        "topic",
+    )
+
+    topic: str
+    body: bytes
+    tag: str | None
+    keys: tuple[str, ...]
+    properties: Mapping[str, str]
+    message_group: str | None
+    message_id: str
+    delivery_attempt: int
+    born_timestamp: float | None
+    store_timestamp: float | None
+    delivery_timestamp: float | None
+    born_host: str
+    queue_id: int
+    queue_offset: int | None
+    message_type: MessageType
+    priority: int | None
+    _receipt_handle: str
+    _endpoint: Endpoint | None
+    _settler: _Settler | None
+
+    def __init__(
+        self,
+        *,
+        topic: str,
+        body: bytes,
+        message_id: str,
+        receipt_handle: str = "",
+        tag: str | None = None,
+        keys: tuple[str, ...] = (),
+        properties: Mapping[str, str] = _EMPTY,
+        message_group: str | None = None,
+        delivery_attempt: int = 1,
+        born_timestamp: float | None = None,
+        store_timestamp: float | None = None,
+        delivery_timestamp: float | None = None,
+        born_host: str = "",
+        queue_id: int = 0,
+        queue_offset: int | None = None,
+        message_type: MessageType = MessageType.NORMAL,
+        priority: int | None = None,
+        endpoint: Endpoint | None = None,
+    ) -> None:
+        s = object.__setattr__
+        s(self, "topic", topic)
+        s(self, "body", body)
+        s(self, "message_id", message_id)
+        s(self, "_receipt_handle", receipt_handle)
+        s(self, "tag", tag)
+        s(self, "keys", keys)
+        s(self, "properties", properties)
+        s(self, "message_group", message_group)
+        s(self, "delivery_attempt", delivery_attempt)
+        s(self, "born_timestamp", born_timestamp)
+        s(self, "store_timestamp", store_timestamp)
+        s(self, "delivery_timestamp", delivery_timestamp)
+        s(self, "born_host", born_host)
+        s(self, "queue_id", queue_id)
+        s(self, "queue_offset", queue_offset)
+        s(self, "message_type", message_type)
+        s(self, "priority", priority)
+        s(self, "_endpoint", endpoint)
+        s(self, "_settler", None)
+
+    @property
+    def receipt_handle(self) -> str:
+        """The handle for ack / change-invisible-duration; replaced by `change_invisible_duration`."""
+        return self._receipt_handle
+
+    @property
+    def endpoint(self) -> Endpoint | None:
+        """The broker endpoint this message came from; settling goes to the same one."""
+        return self._endpoint
+
+    def _bind(self, settler: Any) -> None:
+        """Internal: the consumer that settles this message (for `ack()` and friends)."""
+        object.__setattr__(self, "_settler", settler)
+
+    def _replace_receipt_handle(self, handle: str) -> None:
+        """Internal: keep the handle the server returned from ChangeInvisibleDuration (reference §7.7)."""
+        object.__setattr__(self, "_receipt_handle", handle)
+
+    def ack(self) -> Awaitable[None]:
+        """Acknowledge through the consumer that received this message (same as `consumer.ack(msg)`)."""
+        if self._settler is None:
+            raise RuntimeError("this message is not bound to a consumer")
+        return self._settler.ack(self)
+
+    def change_invisible_duration(self, seconds: float) -> Awaitable[None]:
+        """Hide the message for `seconds` more (as `consumer.change_invisible_duration(msg, seconds)`)."""
+        if self._settler is None:
+            raise RuntimeError("this message is not bound to a consumer")
+        return self._settler.change_invisible_duration(self, seconds)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("ReceivedMessage is immutable")
+
+    def __repr__(self) -> str:
+        return (
+            f"ReceivedMessage(topic={self.topic!r}, message_id={self.message_id!r}, tag={self.tag!r}, "
+            f"delivery_attempt={self.delivery_attempt}, body=<{len(self.body)} bytes>)"
+        )

@@ -1,0 +1,568 @@
+"""`Producer`: send messages (awaited or pipelined), in batches, in transactions; recall delay messages.
+
+Every message is validated before any I/O with the limits the proxy applies (`thrust._codec.validation`).
+Its id is assigned once and kept across retries, so a retried message is the same message to the broker.
+Failed sends are retried by the server's producer backoff policy (max 3 attempts, 10 ms -> 1 s by default:
+reference §1.4), on another queue / broker each time, skipping endpoints that just failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import inspect
+import logging
+import socket
+import time
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from types import TracebackType
+from typing import Any
+
+from thrust import errors
+from thrust._codec import convert, validation
+from thrust._codec.ids import new_message_id
+from thrust._codec.status import Code
+from thrust._core.endpoints import Endpoint
+from thrust._core.routes import QueueSelector
+from thrust._core.settings import PRODUCER_RETRY_POLICY, ClientSettings
+from thrust._io.rpc import OK_OR_MULTIPLE
+from thrust._io.session import ClientSession
+from thrust._io.telemetry import TelemetryHandler
+from thrust._proto.apache.rocketmq.v2 import definition_pb2 as pb
+from thrust._proto.apache.rocketmq.v2 import service_pb2 as spb
+from thrust.config import ClientConfig, Credentials, TlsConfig
+from thrust.errors import ClientClosedError, ThrustError, ValidationError
+from thrust.message import Message, MessageType, ReceivedMessage, SendReceipt, TransactionResolution
+
+__all__ = ["Producer", "Transaction", "TransactionChecker"]
+
+logger = logging.getLogger("thrust.producer")
+
+TransactionChecker = Callable[[ReceivedMessage], "TransactionResolution | Awaitable[TransactionResolution]"]
+"""Answers a server transaction check for an orphaned transactional message: COMMIT, ROLLBACK or UNKNOWN."""
+
+_BORN_HOST = socket.gethostname()
+
+
+def _config(
+    config: ClientConfig | None, endpoints: str | Iterable[str] | None, **kwargs: Any
+) -> ClientConfig:
+    if config is not None:
+        if endpoints is not None:
+            raise ValueError("give either config= or endpoints=, not both")
+        changes = {k: v for k, v in kwargs.items() if v is not None}
+        return config.replace(**changes) if changes else config
+    if endpoints is None:
+        raise ValueError("endpoints= (or config=) is required")
+    return ClientConfig(endpoints, **{k: v for k, v in kwargs.items() if v is not None})
+
+
+class _Prepared:
+    """One validated SendMessage request and what the receipt needs."""
+
+    __slots__ = ("message_group", "message_ids", "message_type", "request", "topic", "transactional")
+
+    def __init__(
+        self,
+        request: spb.SendMessageRequest,
+        topic: str,
+        ids: list[str],
+        group: str | None,
+        tx: bool,
+        kind: int,
+    ) -> None:
+        self.message_type = kind
+        self.request = request
+        self.topic = topic
+        self.message_ids = ids
+        self.message_group = group
+        self.transactional = tx
+
+
+class Producer:
+    """Sends messages to RocketMQ topics. Native asyncio; use `thrust.sync.Producer` from threads.
+
+    ```
+    async with thrust.Producer(endpoints="127.0.0.1:8081", topics=["t"]) as producer:
+        receipt = await producer.send(thrust.Message(topic="t", body=b"hi", tag="a"))
+    ```
+
+    Args:
+        config: a `ClientConfig`; or give its fields directly (`endpoints=`, `namespace=`, ...).
+        topics: topics to prepare at start (routes, sessions); others are prepared on first send.
+        max_attempts: send attempts per message including the first (the server's backoff decides delays).
+        max_in_flight: at most this many sends (awaited or pipelined) run at once; more wait for a slot.
+        transaction_checker: answers the server's checks of orphaned transactions (see `transaction()`).
+        transaction_recovery: seconds until the server checks an unresolved transaction.
+    """
+
+    def __init__(
+        self,
+        config: ClientConfig | None = None,
+        *,
+        endpoints: str | Iterable[str] | None = None,
+        namespace: str | None = None,
+        credentials: Credentials | None = None,
+        tls: TlsConfig | bool | None = None,
+        request_timeout: float | None = None,
+        topics: Iterable[str] = (),
+        max_attempts: int = 3,
+        max_in_flight: int = 128,
+        transaction_checker: TransactionChecker | None = None,
+        transaction_recovery: float | None = None,
+    ) -> None:
+        self.config = _config(
+            config,
+            endpoints,
+            namespace=namespace,
+            credentials=credentials,
+            tls=tls,
+            request_timeout=request_timeout,
+        )
+        if max_attempts < 1:
+            raise ValueError("max_attempts must be >= 1")
+        if max_in_flight < 1:
+            raise ValueError("max_in_flight must be >= 1")
+        self._topics = list(dict.fromkeys(topics))
+        for topic in self._topics:
+            _check(validation.check_topic, topic)
+        self._max_attempts = max_attempts
+        self._max_in_flight = max_in_flight
+        self._checker = transaction_checker
+        self._recovery = transaction_recovery
+        self._session: ClientSession | None = None
+        self._window: asyncio.Semaphore | None = None
+        self._pending: set[asyncio.Task[Any]] = set()
+        self._selector = QueueSelector()
+        self._start_task: asyncio.Task[None] | None = None
+        self._closed = False
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    @property
+    def client_id(self) -> str | None:
+        """The client id (x-mq-client-id), once started."""
+        return self._session.client_id if self._session is not None else None
+
+    @property
+    def session(self) -> ClientSession:
+        """The underlying session (internal API, for tests and tools)."""
+        if self._session is None:
+            raise RuntimeError("the producer is not started")
+        return self._session
+
+    async def start(self) -> None:
+        """Fetch routes of `topics` and open sessions; idempotent. `async with` calls it."""
+        if self._closed:
+            raise ClientClosedError("the producer is closed")
+        if self._start_task is None:
+            self._session = ClientSession(
+                self.config,
+                client_type=pb.PRODUCER,
+                local_settings=dataclasses.replace(
+                    ClientSettings.for_producer(),
+                    retry_policy=PRODUCER_RETRY_POLICY.with_max_attempts(self._max_attempts),
+                    request_timeout=self.config.request_timeout,
+                ),
+                handler=_ProducerTelemetry(self),
+            )
+            self._window = asyncio.Semaphore(self._max_in_flight)
+            self._start_task = asyncio.get_running_loop().create_task(self._session.start(self._topics))
+        try:
+            await asyncio.shield(self._start_task)
+        except BaseException:
+            if self._start_task.done():
+                await self.close(timeout=1.0)
+            raise
+
+    async def __aenter__(self) -> Producer:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def close(self, timeout: float = 5.0) -> None:  # noqa: ASYNC109 - bounded close is the API
+        """Stop accepting sends, wait (up to `timeout`) for in-flight ones, then close the session.
+
+        Idempotent. Sends still running at the deadline are cancelled and raise ClientClosedError."""
+        if self._closed and self._session is None:
+            return
+        self._closed = True
+        deadline = time.monotonic() + max(0.0, timeout)
+        if self._pending:
+            _, pending = await asyncio.wait(set(self._pending), timeout=max(0.0, timeout * 0.6))
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.wait(pending, timeout=0.5)
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close(max(0.1, deadline - time.monotonic()))
+        if self._start_task is not None and not self._start_task.done():
+            self._start_task.cancel()
+
+    async def _ready(self) -> ClientSession:
+        session = self._session
+        if session is None or self._start_task is None or not self._start_task.done():
+            if self._closed:
+                raise ClientClosedError("the producer is closed")
+            await self.start()
+            session = self._session
+            assert session is not None
+        if self._closed:
+            raise ClientClosedError("the producer is closed")
+        return session
+
+    # -- sending -----------------------------------------------------------------------------------
+
+    async def send(self, message: Message) -> SendReceipt:
+        """Send one message and wait for the broker's receipt.
+
+        Raises `ValidationError` (before any I/O) for an invalid message, otherwise the typed error of the
+        last attempt once retries are exhausted."""
+        session = await self._ready()
+        prepared = self._prepare([message], session, transactional=False)
+        assert self._window is not None
+        async with self._window:
+            receipts = await self._send_prepared(session, prepared)
+        return receipts[0]
+
+    async def send_async(self, message: Message) -> asyncio.Future[SendReceipt]:
+        """Start sending one message and return a future of its receipt (pipelining).
+
+        Waits only while `max_in_flight` sends are already running (the bounded window). Validation
+        errors are raised here, before anything is sent."""
+        session = await self._ready()
+        prepared = self._prepare([message], session, transactional=False)
+        window = self._window
+        assert window is not None
+        await window.acquire()
+        task = asyncio.get_running_loop().create_task(self._send_one(session, prepared))
+        self._pending.add(task)
+        task.add_done_callback(self._sent)
+        return task
+
+    async def _send_one(self, session: ClientSession, prepared: _Prepared) -> SendReceipt:
+        return (await self._send_prepared(session, prepared))[0]
+
+    def _sent(self, task: asyncio.Task[Any]) -> None:
+        self._pending.discard(task)
+        assert self._window is not None
+        self._window.release()
+
+    async def send_batch(self, messages: Sequence[Message]) -> list[SendReceipt]:
+        """Send several messages of one topic in one SendMessage call; receipts in the same order.
+
+        FIFO messages (with a message group) must all share the same group. If the broker refuses some
+        entries, the typed error of the first refused entry is raised."""
+        if not messages:
+            return []
+        session = await self._ready()
+        prepared = self._prepare(list(messages), session, transactional=False)
+        assert self._window is not None
+        async with self._window:
+            return await self._send_prepared(session, prepared)
+
+    def _prepare(self, messages: list[Message], session: ClientSession, *, transactional: bool) -> _Prepared:
+        topic = messages[0].topic
+        _check(validation.check_topic, topic)
+        settings = session.settings
+        now = time.time()
+        groups = {m.message_group for m in messages}
+        if len(groups) > 1:
+            raise ValidationError("a batch may not mix message groups", code=Code.MESSAGE_CORRUPTED)
+        pbs = []
+        ids = []
+        for m in messages:
+            if not isinstance(m, Message):
+                raise TypeError(f"expected thrust.Message, got {type(m).__name__}")
+            if m.topic != topic:
+                raise ValidationError("a batch must have one topic", code=Code.MESSAGE_CORRUPTED)
+            _check_type(m, transactional)
+            message_id = new_message_id()
+            _check(
+                validation.check_send_message,
+                body=m.body,
+                message_id=message_id,
+                properties=m.properties,
+                tag=m.tag,
+                keys=m.keys,
+                message_group=m.message_group,
+                delivery_timestamp=m.delivery_timestamp,
+                now=now,
+                max_body_size=settings.max_body_size,
+            )
+            pbs.append(
+                convert.message_to_pb(
+                    m,
+                    message_id=message_id,
+                    namespace=self.config.namespace,
+                    born_host=_BORN_HOST,
+                    born_timestamp=now,
+                    transactional=transactional,
+                    transaction_recovery=self._recovery,
+                )
+            )
+            ids.append(message_id)
+        kind = MessageType.TRANSACTION if transactional else messages[0].message_type
+        return _Prepared(
+            spb.SendMessageRequest(messages=pbs), topic, ids, messages[0].message_group, transactional, kind
+        )
+
+    async def _send_prepared(self, session: ClientSession, prepared: _Prepared) -> list[SendReceipt]:
+        return (await self._send_with_endpoint(session, prepared))[0]
+
+    async def _send_with_endpoint(
+        self, session: ClientSession, prepared: _Prepared
+    ) -> tuple[list[SendReceipt], Endpoint]:
+        policy = session.settings.retry_policy
+        # Transactional messages are not retried: the half message may already exist (Java ProducerImpl).
+        attempts = 1 if prepared.transactional else policy.max_attempts
+        route = await session.route(prepared.topic)
+        isolation = session.isolation
+        candidates = self._selector.candidates(
+            route, attempts, isolation, time.monotonic(), prepared.message_group
+        )
+        if not candidates:
+            raise errors.NotFoundError(f"topic {prepared.topic!r} has no writable queue", code=Code.FORBIDDEN)
+        if session.settings.validate_message_type:
+            kind = prepared.message_type
+            candidates = tuple(q for q in candidates if q.accepts(kind)) or candidates
+            if not candidates[0].accepts(kind):
+                raise ValidationError(
+                    f"topic {prepared.topic!r} does not accept {MessageType(kind).name} messages",
+                    code=Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                )
+        attempt = 1
+        while True:
+            endpoint = candidates[(attempt - 1) % len(candidates)].endpoint
+            try:
+                response = await session.call(endpoint, "SendMessage", prepared.request, ok=OK_OR_MULTIPLE)
+                receipts = self._receipts(response, prepared)
+                isolation.on_success(endpoint)
+                return receipts, endpoint
+            except ThrustError as exc:
+                if isinstance(exc, errors.ConnectionError | errors.TimeoutError):
+                    # Skip an endpoint that fails at the transport level for a while (reference §4.9).
+                    isolation.isolate(endpoint, time.monotonic())
+                if not exc.retriable or attempt >= attempts or self._closed:
+                    raise
+                delay = policy.next_delay(attempt)
+                if logger.isEnabledFor(logging.DEBUG):
+                    logger.debug(
+                        "send attempt %d to %s failed (%s); retrying in %.3fs", attempt, endpoint, exc, delay
+                    )
+                attempt += 1
+                if delay > 0:
+                    await asyncio.sleep(delay)
+
+    @staticmethod
+    def _receipts(response: Any, prepared: _Prepared) -> list[SendReceipt]:
+        entries = response.entries
+        if len(entries) != len(prepared.message_ids):
+            raise errors.InternalError(
+                f"SendMessage answered {len(entries)} entries for {len(prepared.message_ids)} messages",
+                code=Code.INTERNAL_SERVER_ERROR,
+            )
+        receipts = []
+        for entry, message_id in zip(entries, prepared.message_ids, strict=True):
+            code = entry.status.code
+            if code != Code.OK:
+                raise errors.error_for_status(code, entry.status.message)
+            receipts.append(convert.send_receipt(entry, prepared.topic, message_id))
+        return receipts
+
+    # -- transactions ------------------------------------------------------------------------------
+
+    def transaction(self) -> Transaction:
+        """A transaction: messages sent through it stay invisible until `commit()`.
+
+        ```
+        async with producer.transaction() as tx:
+            await tx.send(msg)          # half message
+            ...                         # local work; an exception rolls back
+        # leaving the block commits
+        ```
+        If the process dies before the resolution, the server asks the `transaction_checker`."""
+        return Transaction(self)
+
+    async def _end_transaction(
+        self,
+        endpoint: Endpoint,
+        topic: str,
+        message_id: str,
+        transaction_id: str,
+        resolution: TransactionResolution,
+        source: int,
+    ) -> None:
+        session = await self._ready() if source == pb.SOURCE_CLIENT else self._session
+        if session is None:
+            return
+        request = spb.EndTransactionRequest(
+            topic=session.resource(topic),
+            message_id=message_id,
+            transaction_id=transaction_id,
+            resolution=pb.COMMIT if resolution is TransactionResolution.COMMIT else pb.ROLLBACK,
+            source=source,  # type: ignore[arg-type]
+        )
+        await session.call(endpoint, "EndTransaction", request)
+
+    async def _check_transaction(
+        self, endpoint: Endpoint, command: spb.RecoverOrphanedTransactionCommand
+    ) -> None:
+        checker = self._checker
+        if checker is None:
+            logger.warning("transaction check from %s but no transaction_checker is set", endpoint)
+            return
+        try:
+            message = convert.received_from_pb(command.message, endpoint)
+        except convert.Corrupted as exc:
+            logger.warning("transaction check for a corrupted message ignored: %s", exc)
+            return
+        try:
+            result = checker(message)
+            if inspect.isawaitable(result):
+                result = await result
+        except Exception:
+            logger.exception("transaction_checker raised for message %s", message.message_id)
+            return
+        if result is TransactionResolution.UNKNOWN or not isinstance(result, TransactionResolution):
+            return
+        try:
+            await self._end_transaction(
+                endpoint,
+                message.topic,
+                message.message_id,
+                command.transaction_id,
+                result,
+                pb.SOURCE_SERVER_CHECK,
+            )
+        except ThrustError as exc:
+            logger.warning("EndTransaction after a check failed: %s", exc)
+
+    # -- recall ------------------------------------------------------------------------------------
+
+    async def recall(self, topic: str, recall_handle: str) -> str:
+        """Recall (cancel) a delay message before its delivery time; returns its message id.
+
+        `recall_handle` comes from the `SendReceipt` of the delay message."""
+        _check(validation.check_topic, topic)
+        if not recall_handle:
+            raise ValidationError("recall_handle is empty", code=Code.BAD_REQUEST)
+        session = await self._ready()
+        route = await session.route(topic)
+        request = spb.RecallMessageRequest(topic=session.resource(topic), recall_handle=recall_handle)
+        last: ThrustError | None = None
+        for endpoint in route.endpoints:
+            try:
+                response = await session.call(endpoint, "RecallMessage", request)
+                return str(response.message_id)
+            except errors.NotFoundError as exc:  # another broker may own the handle
+                last = exc
+        assert last is not None
+        raise last
+
+
+class Transaction:
+    """A producer transaction; see `Producer.transaction()`. Not reusable after commit or rollback."""
+
+    def __init__(self, producer: Producer) -> None:
+        self._producer = producer
+        self._sent: list[tuple[Endpoint, str, str, str]] = []
+        self._done = False
+
+    async def send(self, message: Message) -> SendReceipt:
+        """Send a half message: stored, but invisible to consumers until the transaction commits."""
+        if self._done:
+            raise ClientClosedError("the transaction is already resolved")
+        producer = self._producer
+        session = await producer._ready()
+        prepared = producer._prepare([message], session, transactional=True)
+        receipts, endpoint = await producer._send_with_endpoint(session, prepared)
+        receipt = receipts[0]
+        self._sent.append((endpoint, receipt.topic, receipt.message_id, receipt.transaction_id))
+        return receipt
+
+    async def commit(self) -> None:
+        """Make every message of the transaction visible."""
+        await self._resolve(TransactionResolution.COMMIT)
+
+    async def rollback(self) -> None:
+        """Discard every message of the transaction."""
+        await self._resolve(TransactionResolution.ROLLBACK)
+
+    async def _resolve(self, resolution: TransactionResolution) -> None:
+        if self._done:
+            raise ClientClosedError("the transaction is already resolved")
+        self._done = True
+        await asyncio.gather(
+            *(
+                self._producer._end_transaction(ep, topic, mid, tid, resolution, pb.SOURCE_CLIENT)
+                for ep, topic, mid, tid in self._sent
+            )
+        )
+
+    async def __aenter__(self) -> Transaction:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self._done:
+            return
+        if exc_type is None:
+            await self.commit()
+        else:
+            await self.rollback()
+
+
+class _ProducerTelemetry(TelemetryHandler):
+    def __init__(self, producer: Producer) -> None:
+        self._producer = producer
+
+    def settings_command(self) -> pb.Settings:
+        p = self._producer
+        s = pb.Settings()
+        s.publishing.topics.extend(
+            pb.Resource(resource_namespace=p.config.namespace, name=t) for t in p._topics
+        )
+        s.publishing.validate_message_type = True
+        s.backoff_policy.CopyFrom(
+            convert.retry_policy_to_pb(
+                ClientSettings.for_producer().retry_policy.with_max_attempts(p._max_attempts)
+            )
+        )
+        return s
+
+    async def on_recover_orphaned_transaction(
+        self, endpoint: Endpoint, command: spb.RecoverOrphanedTransactionCommand
+    ) -> None:
+        await self._producer._check_transaction(endpoint, command)
+
+
+def _check(fn: Callable[..., None], *args: Any, **kwargs: Any) -> None:
+    """Run a validation check, raising the public ValidationError with the proxy's status code."""
+    try:
+        fn(*args, **kwargs)
+    except validation.Invalid as exc:
+        raise ValidationError(exc.message, code=exc.code) from None
+
+
+def _check_type(message: Message, transactional: bool) -> None:
+    kinds = sum(
+        (
+            message.message_group is not None,
+            message.delivery_timestamp is not None,
+            message.priority is not None,
+        )
+    )
+    if kinds > 1 or (transactional and kinds):
+        raise ValidationError(
+            "message group (FIFO), delivery time (DELAY), priority and transactions are exclusive",
+            code=Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+        )
+    if message.message_type is MessageType.PRIORITY and message.priority is not None and message.priority < 0:
+        raise ValidationError("priority must be >= 0", code=Code.BAD_REQUEST)
