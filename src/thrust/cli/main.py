@@ -1,0 +1,53 @@
+"""`thrust <command>`: the command-line entry point (console script `thrust`).
+
+Subcommands live in their own modules, each exposing `register(subparsers)` that adds its parser and
+sets `func` (a callable taking the parsed namespace and returning an exit code). A new subcommand
+is one module plus one entry in `COMMAND_MODULES`; modules that are not installed are skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+__all__ = ["COMMAND_MODULES", "build_parser", "main"]
+
+COMMAND_MODULES: tuple[str, ...] = (
+    "thrust.cli.serve",
+    "thrust.cli.perf",
+    "thrust.cli.bench",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `thrust` parser with every available subcommand registered."""
+    parser = argparse.ArgumentParser(
+        prog="thrust", description="asyncio-native Apache RocketMQ 5 client tools and embedded server"
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="<command>")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name == name:  # that subcommand is not part of this installation
+                continue
+            raise
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse `argv` (default: `sys.argv[1:]`) and run the chosen subcommand; its exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return 2
+    return int(func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

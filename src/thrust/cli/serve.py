@@ -1,0 +1,202 @@
+"""`thrust serve`: run the embedded RocketMQ 5 server (gRPC MessagingService) until SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from thrust.server.app import ServerConfig, parse_group, parse_topic
+from thrust.server.faults import Faults, apply_fault_flag
+from thrust.server.service import EmbeddedServer
+
+__all__ = ["register", "run"]
+
+_DESCRIPTION = """\
+Run an embedded Apache RocketMQ 5 server speaking the gRPC protocol (apache.rocketmq.v2.MessagingService),
+a stand-in for a proxy plus brokers for tests and benchmarks.
+
+State is kept in memory only: there is NO persistence; every message, topic and group is lost when the
+server stops.
+
+Each broker listens on its own port (--brokers N: N consecutive ports) and owns its own queues of every
+topic; QueryRoute on any port lists all of them. Once a port accepts connections the server prints
+exactly one line "listening on HOST:PORT" per broker on stdout. Logs go to stderr.
+
+Not supported: offset-mode consumption (PullMessage, UpdateOffset, GetOffset, QueryOffset) and lite
+topics (SyncLiteSubscription) answer NOT_IMPLEMENTED.
+"""
+
+_FAULTS_HELP = """\
+fault flags (repeatable; RPC is a method name such as SendMessage, CODE a status name or number):
+  --fault-latency RPC:SECONDS[:BROKER]      add latency to every call of RPC
+  --fault-fail RPC:CODE[:COUNT]             answer the next COUNT calls of RPC with CODE
+  --fault-fail-fraction RPC:CODE:FRACTION   answer a fraction of the calls of RPC with CODE
+  --fault-drop RPC[:COUNT]                  handle but never answer the next COUNT calls
+  --fault-settings-delay SECONDS[:BROKER]   delay Telemetry settings replies (on one broker)
+  --fault-ack-entry CODE[:FIRST[:FRACTION]] fail the first FIRST ack attempts of each message
+                                            (and a fraction of all ack entries) with CODE
+  --fault-seed N                            seed of the random fractions (default 0)
+"""
+
+_FAULT_KINDS = ("latency", "fail", "fail-fraction", "drop", "settings-delay", "ack-entry")
+
+logger = logging.getLogger("thrust.server")
+
+
+def register(subparsers: Any) -> None:
+    """Add the `serve` subcommand to the `thrust` parser."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "serve",
+        help="run the embedded RocketMQ 5 server (in memory, no persistence)",
+        description=_DESCRIPTION,
+        epilog=_FAULTS_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    parser.add_argument(
+        "--port", type=int, default=8081, help="first broker's port; 0 picks free ports (default 8081)"
+    )
+    parser.add_argument("--ports", default=None, help="explicit comma-separated ports, one per broker")
+    parser.add_argument(
+        "--brokers", type=int, default=1, help="number of brokers, on consecutive ports (default 1)"
+    )
+    parser.add_argument(
+        "--auto-create", action="store_true", help="create unknown topics on first use (else TOPIC_NOT_FOUND)"
+    )
+    parser.add_argument(
+        "--default-queues", type=int, default=4, help="queues of auto-created topics (default 4)"
+    )
+    parser.add_argument(
+        "--topic",
+        action="append",
+        default=[],
+        metavar="NAME[:QUEUES[:TYPE]]",
+        help="create a topic; TYPE is NORMAL (default), FIFO, DELAY, TRANSACTION, MIXED or a+b",
+    )
+    parser.add_argument(
+        "--group", action="append", default=[], metavar="NAME[:fifo]", help="create a consumer group"
+    )
+    parser.add_argument(
+        "--access-key", default=None, help="enable MQv2-HMAC-SHA1 authentication with this key"
+    )
+    parser.add_argument("--secret-key", default=None, help="secret key for --access-key")
+    parser.add_argument("--tls-cert", type=Path, default=None, help="PEM certificate chain: serve TLS")
+    parser.add_argument("--tls-key", type=Path, default=None, help="PEM private key for --tls-cert")
+    parser.add_argument(
+        "--insecure-allow-remote",
+        action="store_true",
+        help="allow a non-loopback --host without authentication",
+    )
+    parser.add_argument(
+        "--advertise-host", default=None, help="host put in routes when the client sends none"
+    )
+    parser.add_argument(
+        "--transaction-check-after",
+        type=float,
+        default=6.0,
+        help="seconds before the first orphaned-transaction check",
+    )
+    parser.add_argument(
+        "--client-expiry",
+        type=float,
+        default=120.0,
+        help="seconds after a client's telemetry closed before its in-flight messages are released",
+    )
+    parser.add_argument("--log-level", default="INFO", help="log level (default INFO)")
+    for kind in _FAULT_KINDS:
+        parser.add_argument(f"--fault-{kind}", action="append", default=[], help=argparse.SUPPRESS)
+    parser.add_argument("--fault-seed", type=int, default=0, help=argparse.SUPPRESS)
+    parser.set_defaults(func=run)
+
+
+def _config(args: argparse.Namespace) -> ServerConfig:
+    if bool(args.access_key) != bool(args.secret_key):
+        raise ValueError("--access-key and --secret-key go together")
+    if bool(args.tls_cert) != bool(args.tls_key):
+        raise ValueError("--tls-cert and --tls-key go together")
+    ports: tuple[int, ...] = ()
+    if args.ports:
+        ports = tuple(int(p) for p in args.ports.split(",") if p.strip())
+    return ServerConfig(
+        host=args.host,
+        port=args.port,
+        ports=ports,
+        brokers=args.brokers,
+        auto_create_topics=args.auto_create,
+        default_queues=args.default_queues,
+        topics=tuple(parse_topic(t) for t in args.topic),
+        groups=tuple(parse_group(g) for g in args.group),
+        credentials={args.access_key: args.secret_key} if args.access_key else {},
+        tls_cert=args.tls_cert.read_bytes() if args.tls_cert else None,
+        tls_key=args.tls_key.read_bytes() if args.tls_key else None,
+        insecure_allow_remote=args.insecure_allow_remote,
+        advertise_host=args.advertise_host,
+        transaction_check_after=args.transaction_check_after,
+        client_expiry=args.client_expiry,
+    )
+
+
+def _faults(args: argparse.Namespace) -> Faults:
+    faults = Faults(seed=args.fault_seed)
+    for kind in _FAULT_KINDS:
+        for spec in getattr(args, f"fault_{kind.replace('-', '_')}"):
+            apply_fault_flag(faults, kind, spec)
+    return faults
+
+
+async def _serve(config: ServerConfig, faults: Faults) -> None:
+    server = EmbeddedServer(config, faults=faults)
+    await server.start()
+    for endpoint in server.endpoints:
+        print(f"listening on {endpoint}", flush=True)
+    logger.info(
+        "embedded server up: %d broker(s) %s, auth %s, TLS %s, in memory only",
+        len(server.brokers),
+        ", ".join(b.name for b in server.brokers),
+        "on" if config.credentials else "off",
+        "on" if config.tls_cert else "off",
+    )
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stopping.set)
+    try:
+        await stopping.wait()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+        logger.info("stopping")
+        await server.stop(grace=1.0)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run `thrust serve` with parsed arguments; the exit code."""
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        config = _config(args)
+        faults = _faults(args)
+        # Validate (e.g. the non-loopback rule) before binding anything.
+        EmbeddedServer(config, faults=faults)
+    except (ValueError, OSError) as exc:
+        print(f"thrust serve: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        asyncio.run(_serve(config, faults))
+    except OSError as exc:
+        print(f"thrust serve: error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        pass
+    with contextlib.suppress(Exception):
+        sys.stdout.flush()
+    return 0

@@ -1,0 +1,128 @@
+"""Configuration of an embedded server: topics, groups, ports, security. Shared by `thrust serve`
+and `thrust.testing` so both accept the same `NAME[:QUEUES[:TYPE]]` / `NAME[:fifo]` specs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from thrust.server.core.model import MessageType, RetryPolicy
+
+__all__ = ["GroupSpec", "ServerConfig", "TopicSpec", "parse_group", "parse_topic"]
+
+_MIXED = (MessageType.NORMAL, MessageType.FIFO, MessageType.DELAY, MessageType.TRANSACTION)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSpec:
+    """A topic to create at start: `queues` queues on every broker, accepting `types`."""
+
+    name: str
+    queues: int = 4
+    types: tuple[MessageType, ...] = (MessageType.NORMAL,)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSpec:
+    """A consumer group to create at start (`fifo` = upstream's consumeMessageOrderly)."""
+
+    name: str
+    fifo: bool = False
+    retry: RetryPolicy | None = None
+
+
+def parse_topic(spec: str | TopicSpec) -> TopicSpec:
+    """`NAME[:QUEUES[:TYPE]]`; TYPE is NORMAL, FIFO, DELAY, TRANSACTION, LITE, PRIORITY, MIXED (the
+    first four, like upstream's MIXED attribute), or several joined by `+` (`NORMAL+DELAY`)."""
+    if isinstance(spec, TopicSpec):
+        return spec
+    parts = spec.split(":")
+    if not parts[0] or len(parts) > 3:
+        raise ValueError(f"topic spec {spec!r} is not NAME[:QUEUES[:TYPE]]")
+    queues = 4
+    if len(parts) >= 2 and parts[1]:
+        try:
+            queues = int(parts[1])
+        except ValueError:
+            raise ValueError(f"topic spec {spec!r}: QUEUES must be an integer") from None
+        if queues < 1:
+            raise ValueError(f"topic spec {spec!r}: QUEUES must be at least 1")
+    types: tuple[MessageType, ...] = (MessageType.NORMAL,)
+    if len(parts) == 3 and parts[2]:
+        kinds: list[MessageType] = []
+        for word in parts[2].upper().split("+"):
+            if word == "MIXED":
+                kinds.extend(_MIXED)
+            else:
+                try:
+                    kinds.append(MessageType[word])
+                except KeyError:
+                    raise ValueError(f"topic spec {spec!r}: unknown message type {word!r}") from None
+        types = tuple(dict.fromkeys(kinds))
+    return TopicSpec(parts[0], queues, types)
+
+
+def parse_group(spec: str | GroupSpec) -> GroupSpec:
+    """`NAME[:fifo]`."""
+    if isinstance(spec, GroupSpec):
+        return spec
+    name, _, flag = spec.partition(":")
+    if not name or flag.lower() not in ("", "fifo"):
+        raise ValueError(f"group spec {spec!r} is not NAME[:fifo]")
+    return GroupSpec(name, fifo=flag.lower() == "fifo")
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    """Everything `EmbeddedServer` needs.
+
+    Attributes:
+        host: the address to bind. Non-loopback addresses need `credentials` or `insecure_allow_remote`.
+        port: the first broker's port (0: pick free ports); broker i listens on `port + i`.
+        ports: explicit ports, one per broker (overrides `port` and `brokers`).
+        brokers: number of brokers, each on its own port with its own queues of every topic.
+        auto_create_topics: unknown topics are created on first use (else TOPIC_NOT_FOUND).
+        default_queues: queue count of auto-created topics.
+        topics / groups: created at start.
+        credentials: access key → secret key; enables MQv2-HMAC-SHA1 authentication.
+        tls_cert / tls_key: PEM certificate chain and private key; enables TLS on every port.
+        insecure_allow_remote: allow a non-loopback bind without authentication.
+        advertise_host: host put in routes when the request carries no endpoints.
+        transaction_check_after / transaction_check_interval: first / repeated orphaned-transaction check.
+        client_expiry: seconds after a client's last Telemetry stream closed before its auto-renewed
+            in-flight messages are released (the proxy's channel expiry is 120 s).
+        broker_prefix: brokers are named `<prefix>-0`, `<prefix>-1`, ...
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 0
+    ports: tuple[int, ...] = ()
+    brokers: int = 1
+    auto_create_topics: bool = True
+    default_queues: int = 4
+    topics: tuple[TopicSpec, ...] = ()
+    groups: tuple[GroupSpec, ...] = ()
+    credentials: Mapping[str, str] = field(default_factory=dict)
+    tls_cert: bytes | None = None
+    tls_key: bytes | None = None
+    insecure_allow_remote: bool = False
+    advertise_host: str | None = None
+    transaction_check_after: float = 6.0
+    transaction_check_interval: float = 6.0
+    client_expiry: float = 120.0
+    broker_prefix: str = "broker"
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        topics: Iterable[str | TopicSpec] = (),
+        groups: Iterable[str | GroupSpec] = (),
+        **kwargs: object,
+    ) -> ServerConfig:
+        """A config with topic and group specs given as strings or specs."""
+        return cls(
+            topics=tuple(parse_topic(t) for t in topics),
+            groups=tuple(parse_group(g) for g in groups),
+            **kwargs,  # type: ignore[arg-type]
+        )

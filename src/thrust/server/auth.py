@@ -1,0 +1,96 @@
+"""Per-call request headers: the client id and optional AK/SK authentication (reference 2, 7.1).
+
+The proxy's `ContextInitPipeline` reads `x-mq-client-id` (blank → CLIENT_ID_REQUIRED), the language,
+the client version and the namespace; with authentication on, `DefaultAuthenticationContextBuilder`
+parses `authorization` and checks the HMAC-SHA1 of `x-mq-date-time`. Without authentication the
+`authorization` header is ignored entirely (the Python client always sends one, with an empty
+Credential). Request id, namespace and protocol headers are never required.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from thrust._codec.signature import parse_authorization, verify
+from thrust._codec.status import Code
+from thrust._codec.validation import Invalid, is_blank
+
+__all__ = ["Authenticator", "Caller", "is_loopback"]
+
+_CLIENT_ID = "x-mq-client-id"
+_CLIENT_VERSION = "x-mq-client-version"
+_AUTHORIZATION = "authorization"
+_DATE_TIME = "x-mq-date-time"
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who made a call: `client_id` (`x-mq-client-id`) and `version` (`x-mq-client-version`, or None)."""
+
+    client_id: str
+    version: str | None
+
+
+class Authenticator:
+    """Checks the headers of each call.
+
+    Args:
+        credentials: access key → secret key; None or empty disables authentication.
+    """
+
+    __slots__ = ("_credentials",)
+
+    def __init__(self, credentials: Mapping[str, str] | None = None) -> None:
+        self._credentials = dict(credentials or {})
+
+    @property
+    def enabled(self) -> bool:
+        """True when calls must be signed."""
+        return bool(self._credentials)
+
+    def check(self, metadata: Iterable[tuple[str, str | bytes]]) -> Caller:
+        """The caller of a call with these headers.
+
+        Raises:
+            Invalid(CLIENT_ID_REQUIRED): `x-mq-client-id` is missing or blank.
+            Invalid(UNAUTHORIZED): authentication is on and the call is not correctly signed.
+        """
+        client_id = version = authorization = date_time = None
+        for key, value in metadata:
+            if key == _CLIENT_ID:
+                client_id = value
+            elif key == _CLIENT_VERSION:
+                version = value
+            elif key == _AUTHORIZATION:
+                authorization = value
+            elif key == _DATE_TIME:
+                date_time = value
+        if not isinstance(client_id, str) or is_blank(client_id):
+            raise Invalid(Code.CLIENT_ID_REQUIRED, "client id cannot be empty")
+        if self._credentials:
+            self._authenticate(authorization, date_time)
+        return Caller(client_id, version if isinstance(version, str) else None)
+
+    def _authenticate(self, authorization: str | bytes | None, date_time: str | bytes | None) -> None:
+        if not isinstance(authorization, str) or not authorization:
+            raise Invalid(Code.UNAUTHORIZED, "authorization header is missing")
+        auth = parse_authorization(authorization)
+        secret = self._credentials.get(auth.access_key)
+        if secret is None:
+            raise Invalid(Code.UNAUTHORIZED, "access key is not recognised")
+        if not isinstance(date_time, str) or not verify(auth, secret, date_time):
+            # `verify` compares in constant time (hmac.compare_digest).
+            raise Invalid(Code.UNAUTHORIZED, "signature does not match")
+
+
+def is_loopback(host: str) -> bool:
+    """True for `localhost` and loopback addresses (127.0.0.0/8, ::1)."""
+    text = host.strip("[]")
+    if text.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(text).is_loopback
+    except ValueError:
+        return False

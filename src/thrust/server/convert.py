@@ -1,0 +1,174 @@
+"""Protobuf <-> broker-core types for the embedded server (the server's own codec).
+
+The client codec (`thrust._codec.convert`) builds client domain types and depends on client modules,
+which `thrust.server` may not import, so the server converts its own, straight between
+`apache.rocketmq.v2` messages and `thrust.server.core.model` values. Hot paths: `inbound_message`
+(once per sent message) and `delivery_pb` (once per delivered message).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Final, cast
+
+from google.protobuf import duration_pb2, timestamp_pb2
+
+from thrust._codec.validation import check_send_message, check_transaction_recovery
+from thrust._proto.apache.rocketmq.v2 import definition_pb2 as d
+from thrust.server.core.model import Delivery, InboundMessage, MessageType, StoredMessage
+
+__all__ = [
+    "delivery_pb",
+    "duration",
+    "duration_seconds",
+    "inbound_message",
+    "stored_message_pb",
+    "timestamp",
+    "timestamp_seconds",
+]
+
+_MESSAGE_TYPES: Final = {int(t): t for t in MessageType}
+_GZIP: Final = d.Encoding.GZIP
+_IDENTITY: Final = d.Encoding.IDENTITY
+_MD5: Final = d.DigestType.MD5
+
+
+def timestamp(epoch_seconds: float) -> timestamp_pb2.Timestamp:
+    """Epoch seconds as a protobuf Timestamp."""
+    seconds = int(epoch_seconds // 1)
+    return timestamp_pb2.Timestamp(seconds=seconds, nanos=int((epoch_seconds - seconds) * 1e9))
+
+
+def timestamp_seconds(ts: timestamp_pb2.Timestamp) -> float:
+    """A protobuf Timestamp as epoch seconds."""
+    return ts.seconds + ts.nanos / 1e9
+
+
+def duration(seconds: float) -> duration_pb2.Duration:
+    """Seconds as a protobuf Duration."""
+    whole = int(seconds)
+    return duration_pb2.Duration(seconds=whole, nanos=round((seconds - whole) * 1e9))
+
+
+def duration_seconds(value: duration_pb2.Duration) -> float:
+    """A protobuf Duration as seconds."""
+    return value.seconds + value.nanos / 1e9
+
+
+def inbound_message(message: d.Message, client_id: str, now: float) -> InboundMessage:
+    """Validate one message of a SendMessage request (reference 7.7, the proxy's order) and convert it.
+
+    The message type, when unspecified, is inferred as the proxy's `buildMessage` does from the system
+    properties: a delivery timestamp makes it DELAY, a message group FIFO, else NORMAL.
+
+    Raises:
+        Invalid: the first problem found, with the proxy's status code.
+    """
+    sp = message.system_properties
+    tag = sp.tag if sp.HasField("tag") else None
+    keys = tuple(sp.keys)
+    properties = dict(message.user_properties)
+    message_group = sp.message_group if sp.HasField("message_group") and sp.message_group else None
+    delivery_ts = timestamp_seconds(sp.delivery_timestamp) if sp.HasField("delivery_timestamp") else None
+    check_send_message(
+        body=message.body,
+        message_id=sp.message_id,
+        properties=properties,
+        tag=tag,
+        keys=keys,
+        message_group=message_group,
+        delivery_timestamp=delivery_ts,
+        now=now,
+    )
+    recovery: float | None = None
+    if sp.HasField("orphaned_transaction_recovery_duration"):
+        recovery = duration_seconds(sp.orphaned_transaction_recovery_duration)
+        check_transaction_recovery(recovery)
+    kind = _MESSAGE_TYPES.get(sp.message_type)
+    if kind is None:
+        if delivery_ts is not None:
+            kind = MessageType.DELAY
+        elif message_group is not None:
+            kind = MessageType.FIFO
+        else:
+            kind = MessageType.NORMAL
+    return InboundMessage(
+        topic=message.topic.name,
+        body=message.body,
+        message_id=sp.message_id,
+        tag=tag or None,
+        keys=keys,
+        properties=properties,
+        message_type=kind,
+        message_group=message_group,
+        delivery_timestamp=delivery_ts,
+        born_timestamp=timestamp_seconds(sp.born_timestamp),
+        born_host=sp.born_host,
+        body_encoding_gzip=sp.body_encoding == _GZIP,
+        trace_context=sp.trace_context if sp.HasField("trace_context") else None,
+        transaction_recovery_after=recovery,
+        priority=sp.priority if sp.HasField("priority") else None,
+        producer_client_id=client_id,
+    )
+
+
+def _fill(out: d.Message, m: StoredMessage) -> d.SystemProperties:
+    out.topic.name = m.topic
+    body = m.body
+    out.body = body
+    if m.properties:
+        out.user_properties.update(m.properties)
+    sp = out.system_properties
+    if m.tag is not None:
+        sp.tag = m.tag
+    if m.keys:
+        sp.keys.extend(m.keys)
+    sp.message_id = m.message_id
+    # The proxy's digest: MD5 of the body as stored (compressed if GZIP), uppercase hex (reference 1.4).
+    digest = sp.body_digest
+    digest.type = _MD5
+    digest.checksum = hashlib.md5(body).hexdigest().upper()
+    sp.body_encoding = _GZIP if m.body_encoding_gzip else _IDENTITY
+    sp.message_type = cast(Any, m.message_type)
+    born = m.born_timestamp
+    sp.born_timestamp.seconds = int(born // 1)
+    sp.born_timestamp.nanos = int((born - born // 1) * 1e9)
+    sp.born_host = m.born_host
+    stored = m.store_timestamp
+    sp.store_timestamp.seconds = int(stored // 1)
+    sp.store_timestamp.nanos = int((stored - stored // 1) * 1e9)
+    sp.store_host = m.broker
+    if m.delivery_timestamp is not None:
+        sp.delivery_timestamp.CopyFrom(timestamp(m.delivery_timestamp))
+    sp.queue_id = m.queue_id
+    sp.queue_offset = m.offset
+    if m.message_group is not None:
+        sp.message_group = m.message_group
+    if m.trace_context is not None:
+        sp.trace_context = m.trace_context
+    if m.priority is not None:
+        sp.priority = m.priority
+    return sp
+
+
+def stored_message_pb(message: StoredMessage) -> d.Message:
+    """A stored message as sent in RecoverOrphanedTransactionCommand / VerifyMessageCommand."""
+    out = d.Message()
+    _fill(out, message)
+    if message.transaction_recovery_after is not None:
+        out.system_properties.orphaned_transaction_recovery_duration.CopyFrom(
+            duration(message.transaction_recovery_after)
+        )
+    return out
+
+
+def delivery_pb(delivery: Delivery, out: d.Message) -> None:
+    """Fill `out` (an empty Message, usually `ReceiveMessageResponse.message`) with a delivered
+    message and every SystemProperties field clients read (reference 7.8 item 7)."""
+    sp = _fill(out, delivery.message)
+    sp.receipt_handle = delivery.receipt_handle
+    sp.delivery_attempt = delivery.delivery_attempt
+    dead = delivery.dead_letter_of
+    if dead is not None:
+        sp.dead_letter_queue.topic = dead[0]
+        sp.dead_letter_queue.message_id = dead[1]

@@ -1,0 +1,390 @@
+"""Fault injection and call counters for the embedded server (tests and benchmarks).
+
+Pure and synchronous: the service asks `Faults.on_call(rpc, broker)` once per call and gets an `Action`
+(added latency, a status code to answer with instead of doing the work, or "drop the response"), or
+None on the fast path when nothing is configured. Randomised faults use a seeded `random.Random`, so a
+run is reproducible.
+
+    faults = Faults(seed=7)
+    faults.add_latency(Rpc.SEND_MESSAGE, 0.05)                 # every SendMessage 50 ms slower
+    faults.fail_next(Rpc.ACK_MESSAGE, Code.TOO_MANY_REQUESTS, 3)  # the next 3 AckMessage calls
+    faults.fail_fraction(Rpc.RECEIVE_MESSAGE, Code.INTERNAL_SERVER_ERROR, 0.1)
+    faults.drop_next(Rpc.SEND_MESSAGE)                         # stored, but never answered
+    faults.delay_settings(2.0, broker=1)                       # Telemetry settings reply on broker 1
+    faults.expire_messages("01AB...")                          # its handles -> INVALID_RECEIPT_HANDLE
+    faults.fail_ack_entries(first_attempts=1)                  # each message's first ack entry fails
+
+`Stats` counts calls per RPC and entries (Ack entries, sent messages, delivered messages), so tests can
+assert which calls a client made.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter, OrderedDict
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Final
+
+from thrust._codec.status import Code
+
+__all__ = [
+    "Action",
+    "Faults",
+    "Rpc",
+    "Stats",
+    "apply_fault_flag",
+    "parse_code",
+    "parse_rpc",
+]
+
+
+class Rpc(StrEnum):
+    """The `MessagingService` methods, by their gRPC method name."""
+
+    QUERY_ROUTE = "QueryRoute"
+    HEARTBEAT = "Heartbeat"
+    SEND_MESSAGE = "SendMessage"
+    QUERY_ASSIGNMENT = "QueryAssignment"
+    RECEIVE_MESSAGE = "ReceiveMessage"
+    ACK_MESSAGE = "AckMessage"
+    FORWARD_MESSAGE_TO_DEAD_LETTER_QUEUE = "ForwardMessageToDeadLetterQueue"
+    PULL_MESSAGE = "PullMessage"
+    UPDATE_OFFSET = "UpdateOffset"
+    GET_OFFSET = "GetOffset"
+    QUERY_OFFSET = "QueryOffset"
+    END_TRANSACTION = "EndTransaction"
+    TELEMETRY = "Telemetry"
+    NOTIFY_CLIENT_TERMINATION = "NotifyClientTermination"
+    CHANGE_INVISIBLE_DURATION = "ChangeInvisibleDuration"
+    RECALL_MESSAGE = "RecallMessage"
+    SYNC_LITE_SUBSCRIPTION = "SyncLiteSubscription"
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    """What to do to one call.
+
+    Attributes:
+        latency: seconds to wait before handling the call.
+        code: answer with this status instead of handling the call (None: handle it).
+        message: the status message for `code`.
+        drop: never answer: hold the call until the client gives up (deadline or cancel).
+        process: with `drop`, whether the request is handled first (the response is lost) or not at all.
+    """
+
+    latency: float = 0.0
+    code: Code | None = None
+    message: str = ""
+    drop: bool = False
+    process: bool = True
+
+
+@dataclass(slots=True)
+class _Rule:
+    code: Code | None  # None: a drop rule
+    remaining: int | None  # calls left, None for a fraction rule
+    fraction: float
+    message: str
+    broker: int | None
+    process: bool = True
+
+
+@dataclass(slots=True)
+class Stats:
+    """Counters of what clients asked for.
+
+    Attributes:
+        calls: calls per RPC name (e.g. `stats.calls["AckMessage"]`), every broker, including calls
+            answered with an error or an injected fault.
+        broker_calls: calls per `(broker index, RPC name)`.
+        entries: `"AckMessage"` acked entries, `"SendMessage"` messages sent, `"ReceiveMessage"`
+            messages delivered, `"ChangeInvisibleDuration"` / `"ForwardMessageToDeadLetterQueue"` calls
+            that succeeded.
+        injected: injected faults per RPC name.
+    """
+
+    calls: Counter[str] = field(default_factory=Counter)
+    broker_calls: Counter[tuple[int, str]] = field(default_factory=Counter)
+    entries: Counter[str] = field(default_factory=Counter)
+    injected: Counter[str] = field(default_factory=Counter)
+
+    def reset(self) -> None:
+        """Zero every counter."""
+        self.calls.clear()
+        self.broker_calls.clear()
+        self.entries.clear()
+        self.injected.clear()
+
+
+_ACK_ATTEMPTS_LIMIT: Final = 1 << 20  # bound on remembered per-message ack attempts
+
+
+class Faults:
+    """Configured faults of one embedded server. Not thread-safe: use it from the server's event loop
+    (or before the server starts)."""
+
+    def __init__(self, seed: int | None = 0) -> None:
+        self._rng = random.Random(seed)
+        self._latency: dict[tuple[str, int | None], float] = {}
+        self._rules: dict[str, list[_Rule]] = {}
+        self._settings_delay: dict[int | None, float] = {}
+        self._expired_handles: set[str] = set()
+        self._expired_messages: set[str] = set()
+        self._ack_code: Code | None = None
+        self._ack_message = ""
+        self._ack_first_attempts = 0
+        self._ack_fraction = 0.0
+        self._ack_attempts: OrderedDict[str, int] = OrderedDict()
+        self._active = False
+        self.stats = Stats()
+
+    # ----------------------------------------------------------------------------------------------
+    # configuration
+
+    def add_latency(self, rpc: Rpc | str, seconds: float, *, broker: int | None = None) -> None:
+        """Delay every call of `rpc` (on `broker`, or every broker) by `seconds` (0 removes it)."""
+        key = (str(Rpc(rpc)), broker)
+        if seconds > 0:
+            self._latency[key] = float(seconds)
+        else:
+            self._latency.pop(key, None)
+        self._refresh()
+
+    def fail_next(
+        self,
+        rpc: Rpc | str,
+        code: Code | int | str,
+        count: int = 1,
+        *,
+        message: str | None = None,
+        broker: int | None = None,
+    ) -> None:
+        """Answer the next `count` calls of `rpc` with status `code` without handling them."""
+        status = parse_code(code)
+        self._add_rule(rpc, _Rule(status, count, 1.0, message or f"injected {status.name}", broker))
+
+    def fail_fraction(
+        self,
+        rpc: Rpc | str,
+        code: Code | int | str,
+        fraction: float,
+        *,
+        message: str | None = None,
+        broker: int | None = None,
+    ) -> None:
+        """Answer a `fraction` (0..1, seeded RNG) of the calls of `rpc` with status `code`."""
+        status = parse_code(code)
+        if not 0.0 <= fraction <= 1.0:
+            raise ValueError(f"fraction must be within [0, 1], got {fraction}")
+        self._add_rule(rpc, _Rule(status, None, fraction, message or f"injected {status.name}", broker))
+
+    def drop_next(
+        self, rpc: Rpc | str, count: int = 1, *, process: bool = True, broker: int | None = None
+    ) -> None:
+        """Never answer the next `count` calls of `rpc`: they are held until the client's deadline (or
+        cancellation). With `process` the request is handled first, so only the response is lost (a
+        SendMessage is stored, a ReceiveMessage's messages stay invisible)."""
+        self._add_rule(rpc, _Rule(None, count, 1.0, "", broker, process))
+
+    def drop_fraction(
+        self, rpc: Rpc | str, fraction: float, *, process: bool = True, broker: int | None = None
+    ) -> None:
+        """Never answer a `fraction` of the calls of `rpc` (see `drop_next`)."""
+        self._add_rule(rpc, _Rule(None, None, fraction, "", broker, process))
+
+    def delay_settings(self, seconds: float, *, broker: int | None = 0) -> None:
+        """Delay the Telemetry reply to each Settings on `broker` (None: every broker) by `seconds`."""
+        if seconds > 0:
+            self._settings_delay[broker] = float(seconds)
+        else:
+            self._settings_delay.pop(broker, None)
+
+    def expire_receipt_handles(self, *handles: str) -> None:
+        """Ack / ChangeInvisibleDuration / ForwardToDLQ with these handles answer INVALID_RECEIPT_HANDLE."""
+        self._expired_handles.update(handles)
+        self._refresh()
+
+    def expire_messages(self, *message_ids: str) -> None:
+        """Every receipt handle of these messages is treated as expired (INVALID_RECEIPT_HANDLE)."""
+        self._expired_messages.update(message_ids)
+        self._refresh()
+
+    def fail_ack_entries(
+        self,
+        code: Code | int | str = Code.INTERNAL_SERVER_ERROR,
+        *,
+        first_attempts: int = 1,
+        fraction: float = 0.0,
+        message: str | None = None,
+    ) -> None:
+        """Fail AckMessage entries with `code` (per entry; the rest of the request succeeds): the first
+        `first_attempts` ack attempts of each message id, and/or a `fraction` of all entries."""
+        status = parse_code(code)
+        self._ack_code = status
+        self._ack_message = message or "ack failed: status is abnormal"
+        self._ack_first_attempts = max(0, first_attempts)
+        self._ack_fraction = fraction
+        self._ack_attempts.clear()
+        self._refresh()
+
+    def clear(self) -> None:
+        """Remove every fault (the counters are kept; see `stats.reset()`)."""
+        self._latency.clear()
+        self._rules.clear()
+        self._settings_delay.clear()
+        self._expired_handles.clear()
+        self._expired_messages.clear()
+        self._ack_code = None
+        self._ack_attempts.clear()
+        self._refresh()
+
+    def _add_rule(self, rpc: Rpc | str, rule: _Rule) -> None:
+        if rule.remaining is not None and rule.remaining < 1:
+            return
+        self._rules.setdefault(str(Rpc(rpc)), []).append(rule)
+        self._refresh()
+
+    def _refresh(self) -> None:
+        self._active = bool(
+            self._latency
+            or self._rules
+            or self._expired_handles
+            or self._expired_messages
+            or self._ack_code is not None
+        )
+
+    # ----------------------------------------------------------------------------------------------
+    # decisions (called by the service)
+
+    @property
+    def active(self) -> bool:
+        """False when no per-call fault is configured (the service's fast path)."""
+        return self._active
+
+    def on_call(self, rpc: str, broker: int) -> Action | None:
+        """Count the call and decide its fault, if any."""
+        rpc = str(rpc)  # an `Rpc` member counts under its method name
+        stats = self.stats
+        stats.calls[rpc] += 1
+        stats.broker_calls[(broker, rpc)] += 1
+        if not self._active:
+            return None
+        latency = self._latency.get((rpc, broker), 0.0) or self._latency.get((rpc, None), 0.0)
+        rules = self._rules.get(rpc)
+        if rules:
+            for rule in rules:
+                if rule.broker is not None and rule.broker != broker:
+                    continue
+                if rule.remaining is not None:
+                    rule.remaining -= 1
+                    if rule.remaining <= 0:
+                        rules.remove(rule)
+                        if not rules:
+                            del self._rules[rpc]
+                            self._refresh()
+                elif self._rng.random() >= rule.fraction:
+                    continue
+                stats.injected[rpc] += 1
+                if rule.code is None:
+                    return Action(latency=latency, drop=True, process=rule.process)
+                return Action(latency=latency, code=rule.code, message=rule.message)
+        if latency:
+            return Action(latency=latency)
+        return None
+
+    def settings_delay(self, broker: int) -> float:
+        """Seconds to hold the Telemetry settings reply on `broker`."""
+        if not self._settings_delay:
+            return 0.0
+        return self._settings_delay.get(broker, 0.0) or self._settings_delay.get(None, 0.0)
+
+    def handle_expired(self, receipt_handle: str, message_id: str) -> bool:
+        """True when this handle was expired by `expire_receipt_handles` / `expire_messages`."""
+        if not self._active:
+            return False
+        return receipt_handle in self._expired_handles or message_id in self._expired_messages
+
+    def ack_entry_fault(self, message_id: str) -> tuple[Code, str] | None:
+        """The injected failure for one AckMessage entry, or None to ack it normally."""
+        code = self._ack_code
+        if code is None:
+            return None
+        if self._ack_first_attempts:
+            attempts = self._ack_attempts.get(message_id, 0) + 1
+            if attempts <= self._ack_first_attempts:
+                self._ack_attempts[message_id] = attempts
+                if len(self._ack_attempts) > _ACK_ATTEMPTS_LIMIT:
+                    self._ack_attempts.popitem(last=False)
+                self.stats.injected[Rpc.ACK_MESSAGE.value + ".entry"] += 1
+                return code, self._ack_message
+            self._ack_attempts.pop(message_id, None)
+        if self._ack_fraction and self._rng.random() < self._ack_fraction:
+            self.stats.injected[Rpc.ACK_MESSAGE.value + ".entry"] += 1
+            return code, self._ack_message
+        return None
+
+
+# --------------------------------------------------------------------------------------------------
+# parsing (thrust serve flags, thrust.testing)
+
+_RPC_BY_LOWER: Final = {rpc.value.lower(): rpc for rpc in Rpc} | {rpc.name.lower(): rpc for rpc in Rpc}
+
+
+def parse_rpc(text: str) -> Rpc:
+    """An RPC by its method name (`SendMessage`) or enum name (`SEND_MESSAGE`), case-insensitive."""
+    try:
+        return _RPC_BY_LOWER[text.strip().lower()]
+    except KeyError:
+        raise ValueError(f"unknown RPC {text!r}; one of {', '.join(r.value for r in Rpc)}") from None
+
+
+def parse_code(code: Code | int | str) -> Code:
+    """A status code by enum member, number (`42900`) or name (`TOO_MANY_REQUESTS`)."""
+    if isinstance(code, Code):
+        return code
+    if isinstance(code, int):
+        return Code(code)
+    text = code.strip()
+    if text.isdigit():
+        return Code(int(text))
+    try:
+        return Code[text.upper()]
+    except KeyError:
+        raise ValueError(f"unknown status code {code!r}") from None
+
+
+def apply_fault_flag(faults: Faults, kind: str, spec: str) -> None:
+    """Apply one `thrust serve` fault flag to `faults`.
+
+    Kinds and formats (`RPC` is a method name like `SendMessage`, `CODE` a status name or number):
+
+    - `latency`: `RPC:SECONDS[:BROKER]`
+    - `fail`: `RPC:CODE[:COUNT]` (the next COUNT calls, default 1)
+    - `fail-fraction`: `RPC:CODE:FRACTION`
+    - `drop`: `RPC[:COUNT]`
+    - `settings-delay`: `SECONDS[:BROKER]`
+    - `ack-entry`: `CODE[:FIRST_ATTEMPTS[:FRACTION]]`
+    """
+    parts = spec.split(":")
+    try:
+        if kind == "latency" and len(parts) in (2, 3):
+            broker = int(parts[2]) if len(parts) == 3 else None
+            faults.add_latency(parse_rpc(parts[0]), float(parts[1]), broker=broker)
+        elif kind == "fail" and len(parts) in (2, 3):
+            count = int(parts[2]) if len(parts) == 3 else 1
+            faults.fail_next(parse_rpc(parts[0]), parse_code(parts[1]), count)
+        elif kind == "fail-fraction" and len(parts) == 3:
+            faults.fail_fraction(parse_rpc(parts[0]), parse_code(parts[1]), float(parts[2]))
+        elif kind == "drop" and len(parts) in (1, 2):
+            faults.drop_next(parse_rpc(parts[0]), int(parts[1]) if len(parts) == 2 else 1)
+        elif kind == "settings-delay" and len(parts) in (1, 2):
+            faults.delay_settings(float(parts[0]), broker=int(parts[1]) if len(parts) == 2 else None)
+        elif kind == "ack-entry" and 1 <= len(parts) <= 3:
+            first = int(parts[1]) if len(parts) >= 2 else 1
+            fraction = float(parts[2]) if len(parts) == 3 else 0.0
+            faults.fail_ack_entries(parse_code(parts[0]), first_attempts=first, fraction=fraction)
+        else:
+            raise ValueError(f"malformed --fault-{kind} value {spec!r}")
+    except ValueError as exc:
+        raise ValueError(f"--fault-{kind} {spec!r}: {exc}") from None

@@ -1,0 +1,1266 @@
+"""The embedded server's gRPC layer: `apache.rocketmq.v2.MessagingService` over `grpc.aio`.
+
+Thin on purpose: every decision about messages lives in `thrust.server.core` (pure, synchronous);
+this module validates requests with the shared validators, translates protobuf, runs the clock
+(a timer at the brokers' `next_event_time`), holds long polls and owns the Telemetry streams.
+
+Wire behaviour follows the Apache RocketMQ proxy (reference 7, checklist 7.8):
+
+- every unary RPC and ReceiveMessage ends with gRPC OK; the outcome is `Status` in the body (7.1);
+  Telemetry alone uses gRPC codes (INVALID_ARGUMENT for PUBSUB_NOT_SET);
+- `BrokerError` / `Invalid` become their status code; anything unexpected INTERNAL_SERVER_ERROR
+  (the proxy's catch-all 50001), never a gRPC INTERNAL;
+- one `grpc.aio.server` per broker port; QueryRoute on any port lists every broker.
+
+Long polling is event-driven: a waiting ReceiveMessage parks a future under (broker, topic); sends,
+acks of FIFO messages, nacks, transaction commits and the timer (visibility changes, delayed messages
+landing) wake the parked polls, each of which then pops once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import Any, Final, TypeVar, cast
+
+import grpc
+
+from thrust._codec.status import Code
+from thrust._codec.validation import (
+    DEFAULT_INVISIBLE_SECONDS,
+    Invalid,
+    check_change_invisible_duration,
+    check_group,
+    check_polling_time,
+    check_receive_invisible_duration,
+    check_topic,
+)
+from thrust._proto.apache.rocketmq.v2 import definition_pb2 as d
+from thrust._proto.apache.rocketmq.v2 import service_pb2 as s
+from thrust._proto.apache.rocketmq.v2 import service_pb2_grpc as g
+from thrust.server.app import ServerConfig
+from thrust.server.auth import Authenticator, Caller, is_loopback
+from thrust.server.convert import (
+    delivery_pb,
+    duration_seconds,
+    inbound_message,
+    stored_message_pb,
+    timestamp,
+)
+from thrust.server.core.broker import MAX_BATCH_SIZE, Broker, broker_of_handle
+from thrust.server.core.catalog import Catalog
+from thrust.server.core.filter import FilterKind, MessageFilter, compile_filter
+from thrust.server.core.model import BrokerError, Delivery, InboundMessage, TopicInfo, TransactionCheck
+from thrust.server.faults import Action, Faults, Rpc, Stats
+from thrust.server.settings import DEFAULT_REQUEST_TIMEOUT, ClientSettings, merge_settings
+
+__all__ = ["MAX_RECEIVE_MESSAGE_LENGTH", "EmbeddedServer", "MessagingServicer"]
+
+logger = logging.getLogger("thrust.server")
+
+MAX_RECEIVE_MESSAGE_LENGTH: Final = 130 * 1024 * 1024
+"""The proxy's `maxInboundMessageSize` (130 MiB): a 4 MiB body plus any overhead fits."""
+
+_SERVER_OPTIONS: Final = (
+    ("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_LENGTH),
+    ("grpc.max_send_message_length", -1),
+    # Java clients ping every 300 s even without calls (reference 2); never answer that with GOAWAY.
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+    ("grpc.http2.max_ping_strikes", 0),
+    # Without this a second server could silently share a port (SO_REUSEPORT), hiding a port clash.
+    ("grpc.so_reuseport", 0),
+)
+
+_TELEMETRY_QUEUE: Final = 1024  # outgoing commands buffered per stream
+_FILTER_CACHE: Final = 1024
+_OK: Final = int(Code.OK)
+_R = TypeVar("_R")
+
+
+def _status(code: int, message: str | None = None) -> d.Status:
+    text = message if message is not None else Code(code).name
+    return d.Status(code=cast(Any, code), message=text)
+
+
+_STATUS_OK: Final = _status(Code.OK)
+
+
+def _error_status(exc: Invalid | BrokerError) -> d.Status:
+    return d.Status(code=cast(Any, exc.code), message=exc.message)
+
+
+def _combined(codes: Iterable[int]) -> d.Status:
+    """The top-level status of a multi-entry answer: the shared code, or MULTIPLE_RESULTS (reference 7.7)."""
+    first: int | None = None
+    for code in codes:
+        if first is None:
+            first = code
+        elif code != first:
+            return _status(Code.MULTIPLE_RESULTS)
+    return _STATUS_OK if first is None or first == _OK else _status(first)
+
+
+def _scheme_of(host: str) -> int:
+    text = host.strip("[]")
+    if ":" in text:
+        return d.AddressScheme.IPv6
+    if text.replace(".", "").isdigit():
+        return d.AddressScheme.IPv4
+    return d.AddressScheme.DOMAIN_NAME
+
+
+class _Session:
+    """One open Telemetry stream: where server-initiated commands for a client go."""
+
+    __slots__ = ("abort", "broker", "client_id", "peer", "queue")
+
+    def __init__(self, client_id: str, broker: int, peer: str) -> None:
+        self.client_id = client_id
+        self.broker = broker
+        self.peer = peer
+        self.queue: asyncio.Queue[s.TelemetryCommand | None] = asyncio.Queue(_TELEMETRY_QUEUE)
+        self.abort: tuple[grpc.StatusCode, str] | None = None
+
+    def send(self, command: s.TelemetryCommand | None) -> bool:
+        try:
+            self.queue.put_nowait(command)
+        except asyncio.QueueFull:
+            logger.warning("telemetry queue of client %s is full; command dropped", self.client_id)
+            return False
+        return True
+
+
+class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
+    """`MessagingService` for one broker (one port) of an `EmbeddedServer`."""
+
+    def __init__(self, server: EmbeddedServer, index: int) -> None:
+        self._server = server
+        self._index = index
+        self._broker = server.brokers[index]
+        self._faults = server.faults
+        self._auth = server.authenticator
+        self._catalog = server.catalog
+        self._filters: dict[tuple[int, str], MessageFilter] = {}
+
+    # ------------------------------------------------------------------------------------------
+    # plumbing
+
+    async def _unary(
+        self,
+        rpc: Rpc,
+        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+        work: Callable[[Caller], _R],
+        fail: Callable[[d.Status], _R],
+    ) -> _R:
+        action = self._faults.on_call(rpc, self._index)
+        if action is not None:
+            early = await self._pre_action(action, context)
+            if early is not None:
+                return fail(early)
+        try:
+            result = work(self._auth.check(context.invocation_metadata() or ()))
+        except (Invalid, BrokerError) as exc:
+            result = fail(_error_status(exc))
+        except Exception as exc:  # the proxy's catch-all (reference 7.1): never a gRPC INTERNAL
+            logger.exception("%s failed", rpc.value)
+            result = fail(_status(Code.INTERNAL_SERVER_ERROR, f"{type(exc).__name__}: {exc}"))
+        if action is not None and action.drop:
+            await self._server.hold(context)
+        return result
+
+    async def _pre_action(
+        self,
+        action: Action,
+        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+    ) -> d.Status | None:
+        """Apply latency, an injected status, or a drop-without-processing; a status to answer with."""
+        if action.latency:
+            await asyncio.sleep(action.latency)
+        if action.code is not None:
+            return _status(action.code, action.message)
+        if action.drop and not action.process:
+            await self._server.hold(context)
+            return _status(Code.PROXY_TIMEOUT, "response dropped")
+        return None
+
+    def _broker_for(self, handle: str) -> Broker:
+        """The broker a receipt/recall handle came from (the port's own broker when unknown)."""
+        name = broker_of_handle(handle)
+        if name is None or name == self._broker.name:
+            return self._broker
+        return self._server.broker_by_name.get(name, self._broker)
+
+    def _filter(self, expression: d.FilterExpression) -> MessageFilter:
+        kind = expression.type or FilterKind.TAG
+        key = (kind, expression.expression)
+        compiled = self._filters.get(key)
+        if compiled is None:
+            compiled = compile_filter(kind, expression.expression)
+            if len(self._filters) >= _FILTER_CACHE:
+                self._filters.clear()
+            self._filters[key] = compiled
+        return compiled
+
+    def _topic(self, name: str) -> TopicInfo:
+        check_topic(name)
+        return self._catalog.topic(name)
+
+    # ------------------------------------------------------------------------------------------
+    # routing
+
+    async def QueryRoute(
+        self,
+        request: s.QueryRouteRequest,
+        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+    ) -> s.QueryRouteResponse:
+        def work(caller: Caller) -> s.QueryRouteResponse:
+            info = self._topic(request.topic.name)
+            response = s.QueryRouteResponse(status=_STATUS_OK)
+            types = [int(t) for t in sorted(info.types)]
+            for broker_pb in self._server.route_brokers(request.endpoints):
+                for qid in range(info.queues):
+                    mq = response.message_queues.add()
+                    mq.topic.CopyFrom(request.topic)
+                    mq.id = qid
+                    mq.permission = d.Permission.READ_WRITE
+                    mq.broker.CopyFrom(broker_pb)
+                    mq.accept_message_types.extend(cast(Any, types))
+            return response
+
+        return await self._unary(Rpc.QUERY_ROUTE, context, work, lambda st: s.QueryRouteResponse(status=st))
+
+    async def QueryAssignment(
+        self,
+        request: s.QueryAssignmentRequest,
+        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+    ) -> s.QueryAssignmentResponse:
+        def work(caller: Caller) -> s.QueryAssignmentResponse:
+            info = self._topic(request.topic.name)
+            check_group(request.group.name)
+            group = self._catalog.group(request.group.name)
+            response = s.QueryAssignmentResponse(status=_STATUS_OK)
+            types = [int(t) for t in sorted(info.types)]
+            # Non-FIFO groups: one "acting queue" id -1 per broker, load balanced by pop; FIFO groups:
+            # one assignment per queue. The same list for every client (reference 7.4).
+            ids = range(info.queues) if group.fifo else (-1,)
+            for broker_pb in self._server.route_brokers(request.endpoints):
+                for qid in ids:
+                    mq = response.assignments.add().message_queue
+                    mq.topic.CopyFrom(request.topic)
+                    mq.id = qid
+                    mq.permission = d.Permission.READ_WRITE
+                    mq.broker.CopyFrom(broker_pb)
+                    mq.accept_message_types.extend(cast(Any, types))
+            return response
+
+        return await self._unary(
+            Rpc.QUERY_ASSIGNMENT, context, work, lambda st: s.QueryAssignmentResponse(status=st)
+        )
+
+    # ------------------------------------------------------------------------------------------
+    # client management
+
+    async def Heartbeat(
+        self,
+        request: s.HeartbeatRequest,
+        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+    ) -> s.HeartbeatResponse:
+        def work(caller: Caller) -> s.HeartbeatResponse:
+            if request.HasField("group") and request.group.name:
+                check_group(request.group.name)
+            # The proxy answers from the settings Telemetry stored (reference 7.2).
+            if self._server.client_settings(caller.client_id) is None:
+                return s.HeartbeatResponse(
+                    status=_status(
+                        Code.UNRECOGNIZED_CLIENT_TYPE, "cannot find client settings for this client"
+                    )
+                )
+            self._server.touch(caller.client_id)
+            return s.HeartbeatResponse(status=_STATUS_OK)
+
+        return await self._unary(Rpc.HEARTBEAT, context, work, lambda st: s.HeartbeatResponse(status=st))
+
+    async def NotifyClientTermination(
+        self,
+        request: s.NotifyClientTerminationRequest,
+        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+    ) -> s.NotifyClientTerminationResponse:
+        def work(caller: Caller) -> s.NotifyClientTerminationResponse:
+            known = self._server.terminate_client(caller.client_id)
+            if not known:
+                return s.NotifyClientTerminationResponse(
+                    status=_status(
+                        Code.UNRECOGNIZED_CLIENT_TYPE, "cannot find client settings for this client"
+                    )
+                )
+            return s.NotifyClientTerminationResponse(status=_STATUS_OK)
+
+        return await self._unary(
+            Rpc.NOTIFY_CLIENT_TERMINATION,
+            context,
+            work,
+            lambda st: s.NotifyClientTerminationResponse(status=st),
+        )
+
+    # ------------------------------------------------------------------------------------------
+    # producing
+
+    async def SendMessage(
+        self,
+        request: s.SendMessageRequest,
+        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+    ) -> s.SendMessageResponse:
+        def work(caller: Caller) -> s.SendMessageResponse:
+            messages = request.messages
+            if not messages:
+                raise Invalid(Code.MESSAGE_CORRUPTED, "no message to send")
+            topic = messages[0].topic.name
+            for message in messages:
+                if message.topic.name != topic:
+                    raise Invalid(Code.MESSAGE_CORRUPTED, "all messages of one request must share a topic")
+            self._topic(topic)
+            now = time.time()
+            client_id = caller.client_id
+            response = s.SendMessageResponse()
+            entries = response.entries
+            valid: list[InboundMessage] = []
+            slots: list[s.SendResultEntry] = []
+            codes: list[int] = []
+            for message in messages:
+                entry = entries.add()
+                entry.message_id = message.system_properties.message_id
+                try:
+                    valid.append(inbound_message(message, client_id, now))
+                except Invalid as exc:
+                    entry.status.code = cast(Any, exc.code)
+                    entry.status.message = exc.message
+                    codes.append(exc.code)
+                    continue
+                slots.append(entry)
+            if valid:
+                try:
+                    results = self._broker.send(valid, now)
+                except BrokerError as exc:
+                    for entry in slots:
+                        entry.status.code = cast(Any, exc.code)
+                        entry.status.message = exc.message
+                        codes.append(exc.code)
+                else:
+                    for entry, result in zip(slots, results, strict=True):
+                        entry.status.code = cast(Any, _OK)
+                        entry.status.message = "OK"
+                        entry.offset = result.offset
+                        if result.transaction_id:
+                            entry.transaction_id = result.transaction_id
+                        if result.recall_handle:
+                            entry.recall_handle = result.recall_handle
+                        codes.append(_OK)
+                    self._server.stats.entries[Rpc.SEND_MESSAGE.value] += len(results)
+                    self._server.changed(self._index, topic)
+            response.status.CopyFrom(_combined(codes))
+            return response
+
+        return await self._unary(Rpc.SEND_MESSAGE, context, work, lambda st: s.SendMessageResponse(status=st))
+
+    async def EndTransaction(
+        self,
+        request: s.EndTransactionRequest,
+        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+    ) -> s.EndTransactionResponse:
+        def work(caller: Caller) -> s.EndTransactionResponse:
+            topic = request.topic.name
+            self._topic(topic)
+            if not request.transaction_id.strip():
+                raise Invalid(Code.INVALID_TRANSACTION_ID, "transaction id cannot be empty")
+            if request.resolution == d.TransactionResolution.COMMIT:
+                commit = True
+            elif request.resolution == d.TransactionResolution.ROLLBACK:
+                commit = False
+            else:
+                raise Invalid(Code.BAD_REQUEST, "transaction resolution must be COMMIT or ROLLBACK")
+            now = time.time()
+            # The producer sends EndTransaction to the broker it sent to; try the others if not.
+            brokers = [self._broker, *(b for b in self._server.brokers if b is not self._broker)]
+            for i, broker in enumerate(brokers):
+                try:
+                    broker.end_transaction(
+                        topic=topic,
+                        message_id=request.message_id,
+                        transaction_id=request.transaction_id,
+                        commit=commit,
+                        now=now,
+                    )
+                except BrokerError as exc:
+                    if exc.code != Code.INVALID_TRANSACTION_ID or i == len(brokers) - 1:
+                        raise
+                    continue
+                if commit:
+                    self._server.changed(self._server.brokers.index(broker), topic)
+                break
+            return s.EndTransactionResponse(status=_STATUS_OK)
+
+        return await self._unary(
+            Rpc.END_TRANSACTION, context, work, lambda st: s.EndTransactionResponse(status=st)
+        )
+
+    async def RecallMessage(
+        self,
+        request: s.RecallMessageRequest,
+        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+    ) -> s.RecallMessageResponse:
+        def work(caller: Caller) -> s.RecallMessageResponse:
+            self._topic(request.topic.name)
+            if not request.recall_handle:
+                raise Invalid(Code.BAD_REQUEST, "recall handle cannot be empty")
+            broker = self._broker_for(request.recall_handle)
+            message_id = broker.recall(
+                topic=request.topic.name, recall_handle=request.recall_handle, now=time.time()
+            )
+            return s.RecallMessageResponse(status=_STATUS_OK, message_id=message_id)
+
+        return await self._unary(
+            Rpc.RECALL_MESSAGE, context, work, lambda st: s.RecallMessageResponse(status=st)
+        )
+
+    # ------------------------------------------------------------------------------------------
+    # consuming
+
+    async def ReceiveMessage(
+        self,
+        request: s.ReceiveMessageRequest,
+        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+    ) -> AsyncIterator[s.ReceiveMessageResponse]:
+        action = self._faults.on_call(Rpc.RECEIVE_MESSAGE, self._index)
+        status: d.Status | None = None
+        deliveries: list[Delivery] = []
+        if action is not None:
+            status = await self._pre_action(action, context)
+        if status is None:
+            try:
+                deliveries = await self._receive(request, context)
+            except (Invalid, BrokerError) as exc:
+                status = _error_status(exc)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                logger.exception("ReceiveMessage failed")
+                status = _status(Code.INTERNAL_SERVER_ERROR, f"{type(exc).__name__}: {exc}")
+            if action is not None and action.drop:
+                await self._server.hold(context)
+        if status is None:
+            if deliveries:
+                yield s.ReceiveMessageResponse(status=_STATUS_OK)
+                for delivery in deliveries:
+                    response = s.ReceiveMessageResponse()
+                    delivery_pb(delivery, response.message)
+                    yield response
+                self._server.stats.entries[Rpc.RECEIVE_MESSAGE.value] += len(deliveries)
+            else:
+                yield s.ReceiveMessageResponse(status=_status(Code.MESSAGE_NOT_FOUND, "no new message"))
+        else:
+            yield s.ReceiveMessageResponse(status=status)
+        # The proxy writes delivery_timestamp last, in onComplete (reference 1.3).
+        yield s.ReceiveMessageResponse(delivery_timestamp=timestamp(time.time()))
+
+    async def _receive(
+        self,
+        request: s.ReceiveMessageRequest,
+        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+    ) -> list[Delivery]:
+        caller = self._auth.check(context.invocation_metadata() or ())
+        settings = self._server.client_settings(caller.client_id)
+        request_timeout = settings.request_timeout if settings is not None else DEFAULT_REQUEST_TIMEOUT
+        # Polling time: the request's, clamped to [5 s, 20 s], within the deadline (reference 7.5 step 2).
+        polling = check_polling_time(
+            duration_seconds(request.long_polling_timeout)
+            if request.HasField("long_polling_timeout")
+            else None,
+            context.time_remaining(),
+            request_timeout,
+            client_version=caller.version,
+        )
+        topic = request.message_queue.topic.name
+        group = request.group.name
+        check_group(group)
+        info = self._topic(topic)
+        self._catalog.group(group)
+        if request.auto_renew:
+            invisible = DEFAULT_INVISIBLE_SECONDS
+        else:
+            if not request.HasField("invisible_duration"):
+                raise Invalid(
+                    Code.ILLEGAL_INVISIBLE_TIME, "invisible duration is required without auto renew"
+                )
+            invisible = duration_seconds(request.invisible_duration)
+            check_receive_invisible_duration(invisible)
+        message_filter = self._filter(request.filter_expression)
+        batch = request.batch_size
+        batch = MAX_BATCH_SIZE if batch <= 0 else min(batch, MAX_BATCH_SIZE)
+        # The proxy pops the broker's acting queue (-1) whatever the assignment says (reference 7.4);
+        # a FIFO assignment's real queue id narrows the pop to that queue.
+        mq = request.message_queue
+        queue_id = mq.id if 0 <= mq.id < info.queues else -1
+        broker = self._broker
+        index = self._index
+        if mq.broker.name and mq.broker.name != broker.name:
+            other = self._server.broker_by_name.get(mq.broker.name)
+            if other is not None:
+                broker = other
+                index = self._server.brokers.index(other)
+        attempt_id = request.attempt_id if request.HasField("attempt_id") else None
+        server = self._server
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + polling
+        while True:
+            deliveries = broker.pop(
+                client_id=caller.client_id,
+                group=group,
+                topic=topic,
+                queue_id=queue_id,
+                message_filter=message_filter,
+                batch_size=batch,
+                invisible_duration=invisible,
+                auto_renew=request.auto_renew,
+                attempt_id=attempt_id,
+                now=time.time(),
+            )
+            if deliveries:
+                server.reschedule(broker)
+                return deliveries
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return deliveries
+            await server.wait_for_change(index, topic, remaining)
+
+    async def AckMessage(
+        self,
+        request: s.AckMessageRequest,
+        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+    ) -> s.AckMessageResponse:
+        def work(caller: Caller) -> s.AckMessageResponse:
+            topic = request.topic.name
+            group = request.group.name
+            check_group(group)
+            self._topic(topic)
+            fifo = self._catalog.group(group).fifo
+            faults = self._faults
+            now = time.time()
+            client_id = caller.client_id
+            response = s.AckMessageResponse()
+            codes: list[int] = []
+            acked = 0
+            touched: set[Broker] = set()
+            for entry in request.entries:
+                result = response.entries.add()
+                result.message_id = entry.message_id
+                handle = entry.receipt_handle
+                result.receipt_handle = handle
+                code: int = _OK
+                message = "OK"
+                injected = faults.ack_entry_fault(entry.message_id) if faults.active else None
+                if faults.handle_expired(handle, entry.message_id):
+                    code, message = Code.INVALID_RECEIPT_HANDLE, "receipt handle is expired"
+                elif injected is not None:
+                    code, message = injected
+                else:
+                    broker = self._broker_for(handle)
+                    try:
+                        broker.ack(
+                            client_id=client_id,
+                            group=group,
+                            topic=topic,
+                            receipt_handle=handle,
+                            message_id=entry.message_id,
+                            now=now,
+                        )
+                        acked += 1
+                        touched.add(broker)
+                    except BrokerError as exc:
+                        code, message = exc.code, exc.message
+                result.status.code = cast(Any, code)
+                result.status.message = message
+                codes.append(code)
+            response.status.CopyFrom(_combined(codes))
+            self._server.stats.entries[Rpc.ACK_MESSAGE.value] += acked
+            if fifo:
+                # An ack unblocks the next message of its FIFO message group.
+                for broker in touched:
+                    self._server.changed(self._server.brokers.index(broker), topic)
+            return response
+
+        return await self._unary(Rpc.ACK_MESSAGE, context, work, lambda st: s.AckMessageResponse(status=st))
+
+    async def ChangeInvisibleDuration(
+        self,
+        request: s.ChangeInvisibleDurationRequest,
+        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+    ) -> s.ChangeInvisibleDurationResponse:
+        def work(caller: Caller) -> s.ChangeInvisibleDurationResponse:
+            topic = request.topic.name
+            group = request.group.name
+            check_group(group)
+            self._topic(topic)
+            self._catalog.group(group)
+            seconds = duration_seconds(request.invisible_duration)
+            check_change_invisible_duration(seconds)
+            handle = request.receipt_handle
+            if self._faults.handle_expired(handle, request.message_id):
+                raise Invalid(Code.INVALID_RECEIPT_HANDLE, "receipt handle is expired")
+            broker = self._broker_for(handle)
+            new_handle = broker.change_invisible_duration(
+                client_id=caller.client_id,
+                group=group,
+                topic=topic,
+                receipt_handle=handle,
+                message_id=request.message_id,
+                duration=seconds,
+                now=time.time(),
+            )
+            self._server.stats.entries[Rpc.CHANGE_INVISIBLE_DURATION.value] += 1
+            if seconds <= 0:
+                self._server.changed(self._server.brokers.index(broker), topic)
+            else:
+                self._server.reschedule(broker)
+            return s.ChangeInvisibleDurationResponse(status=_STATUS_OK, receipt_handle=new_handle)
+
+        return await self._unary(
+            Rpc.CHANGE_INVISIBLE_DURATION,
+            context,
+            work,
+            lambda st: s.ChangeInvisibleDurationResponse(status=st),
+        )
+
+    async def ForwardMessageToDeadLetterQueue(
+        self,
+        request: s.ForwardMessageToDeadLetterQueueRequest,
+        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+    ) -> s.ForwardMessageToDeadLetterQueueResponse:
+        def work(caller: Caller) -> s.ForwardMessageToDeadLetterQueueResponse:
+            topic = request.topic.name
+            group = request.group.name
+            check_group(group)
+            self._topic(topic)
+            fifo = self._catalog.group(group).fifo
+            handle = request.receipt_handle
+            if self._faults.handle_expired(handle, request.message_id):
+                raise Invalid(Code.INVALID_RECEIPT_HANDLE, "receipt handle is expired")
+            broker = self._broker_for(handle)
+            broker.forward_to_dead_letter_queue(
+                client_id=caller.client_id,
+                group=group,
+                topic=topic,
+                receipt_handle=handle,
+                message_id=request.message_id,
+                now=time.time(),
+            )
+            self._server.stats.entries[Rpc.FORWARD_MESSAGE_TO_DEAD_LETTER_QUEUE.value] += 1
+            index = self._server.brokers.index(broker)
+            self._server.changed(index, f"%DLQ%{group}")
+            if fifo:
+                self._server.changed(index, topic)
+            return s.ForwardMessageToDeadLetterQueueResponse(status=_STATUS_OK)
+
+        return await self._unary(
+            Rpc.FORWARD_MESSAGE_TO_DEAD_LETTER_QUEUE,
+            context,
+            work,
+            lambda st: s.ForwardMessageToDeadLetterQueueResponse(status=st),
+        )
+
+    # ------------------------------------------------------------------------------------------
+    # offset-mode RPCs: the broker core keeps no consumer offsets, so these answer NOT_IMPLEMENTED.
+
+    async def PullMessage(
+        self,
+        request: s.PullMessageRequest,
+        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+    ) -> AsyncIterator[s.PullMessageResponse]:
+        status = await self._unary(
+            Rpc.PULL_MESSAGE,
+            context,
+            lambda caller: _status(Code.NOT_IMPLEMENTED, _NO_OFFSETS),
+            lambda st: st,
+        )
+        yield s.PullMessageResponse(status=status)
+
+    async def UpdateOffset(
+        self,
+        request: s.UpdateOffsetRequest,
+        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+    ) -> s.UpdateOffsetResponse:
+        return await self._not_implemented(Rpc.UPDATE_OFFSET, context, s.UpdateOffsetResponse)
+
+    async def GetOffset(
+        self,
+        request: s.GetOffsetRequest,
+        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+    ) -> s.GetOffsetResponse:
+        return await self._not_implemented(Rpc.GET_OFFSET, context, s.GetOffsetResponse)
+
+    async def QueryOffset(
+        self,
+        request: s.QueryOffsetRequest,
+        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+    ) -> s.QueryOffsetResponse:
+        return await self._not_implemented(Rpc.QUERY_OFFSET, context, s.QueryOffsetResponse)
+
+    async def SyncLiteSubscription(
+        self,
+        request: s.SyncLiteSubscriptionRequest,
+        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+    ) -> s.SyncLiteSubscriptionResponse:
+        return await self._not_implemented(
+            Rpc.SYNC_LITE_SUBSCRIPTION,
+            context,
+            s.SyncLiteSubscriptionResponse,
+            "lite topics are not supported by the embedded server",
+        )
+
+    async def _not_implemented(
+        self,
+        rpc: Rpc,
+        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+        response_type: Callable[..., _R],
+        message: str = "",
+    ) -> _R:
+        text = message or _NO_OFFSETS
+        return await self._unary(
+            rpc,
+            context,
+            lambda caller: response_type(status=_status(Code.NOT_IMPLEMENTED, text)),
+            lambda st: response_type(status=st),
+        )
+
+    # ------------------------------------------------------------------------------------------
+    # telemetry
+
+    async def Telemetry(
+        self,
+        request_iterator: AsyncIterator[s.TelemetryCommand],
+        context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+    ) -> None:
+        action = self._faults.on_call(Rpc.TELEMETRY, self._index)
+        if action is not None:
+            early = await self._pre_action(action, context)
+            if early is not None:
+                await context.write(s.TelemetryCommand(status=early))
+                return
+        try:
+            caller = self._auth.check(context.invocation_metadata() or ())
+        except Invalid as exc:
+            await context.write(s.TelemetryCommand(status=_error_status(exc)))
+            code = (
+                grpc.StatusCode.UNAUTHENTICATED
+                if exc.code == Code.UNAUTHORIZED
+                else grpc.StatusCode.INVALID_ARGUMENT
+            )
+            await context.abort(code, exc.message)
+            return
+        session = _Session(caller.client_id, self._index, context.peer())
+        server = self._server
+        server.open_session(session)
+        reader = asyncio.create_task(self._telemetry_reader(session, request_iterator))
+        try:
+            while (command := await session.queue.get()) is not None:
+                await context.write(command)
+        finally:
+            reader.cancel()
+            server.close_session(session)
+        if session.abort is not None:
+            await context.abort(*session.abort)
+
+    async def _telemetry_reader(
+        self, session: _Session, request_iterator: AsyncIterator[s.TelemetryCommand]
+    ) -> None:
+        server = self._server
+        try:
+            async for command in request_iterator:
+                which = command.WhichOneof("command")
+                if which == "settings":
+                    try:
+                        reply = server.apply_settings(session.client_id, command.settings)
+                    except Invalid as exc:
+                        if exc.code == Code.BAD_REQUEST:  # PUBSUB_NOT_SET (reference 7.2)
+                            session.abort = (grpc.StatusCode.INVALID_ARGUMENT, exc.message)
+                            break
+                        reply = s.TelemetryCommand(status=_error_status(exc))
+                    except BrokerError as exc:
+                        reply = s.TelemetryCommand(status=_error_status(exc))
+                    delay = self._faults.settings_delay(self._index)
+                    if delay:
+                        asyncio.get_running_loop().call_later(delay, session.send, reply)
+                    else:
+                        session.send(reply)
+                elif which == "thread_stack_trace":
+                    server.answer(command.thread_stack_trace.nonce, command)
+                elif which == "verify_message_result":
+                    server.answer(command.verify_message_result.nonce, command)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the stream broke (client went away); the writer ends below
+            logger.debug("telemetry stream of %s ended: %s", session.client_id, exc)
+        finally:
+            session.send(None)
+
+
+_NO_OFFSETS: Final = "offset-mode consumption is not supported by the embedded server (no consumer offsets)"
+
+
+class EmbeddedServer:
+    """An in-memory RocketMQ 5 "proxy + brokers" on `config.brokers` ports.
+
+    Use as `async with EmbeddedServer(config) as server:` or call `start()` / `stop()`.
+
+    Attributes:
+        config: the configuration.
+        catalog: topics and groups, shared by every broker.
+        brokers: one `Broker` per port, named `<prefix>-<i>`.
+        faults: fault injection and counters (`faults.stats`).
+        ports: the bound ports (after `start()`).
+    """
+
+    def __init__(self, config: ServerConfig | None = None, *, faults: Faults | None = None) -> None:
+        self.config = config = config or ServerConfig()
+        host = config.host
+        if not is_loopback(host) and not config.credentials and not config.insecure_allow_remote:
+            raise ValueError(
+                f"refusing to listen on non-loopback address {host!r} without authentication; "
+                "set credentials or insecure_allow_remote"
+            )
+        if bool(config.tls_cert) != bool(config.tls_key):
+            raise ValueError("TLS needs both a certificate and a private key")
+        count = len(config.ports) if config.ports else config.brokers
+        if count < 1:
+            raise ValueError("at least one broker is needed")
+        self.catalog = Catalog(
+            auto_create_topics=config.auto_create_topics, default_queues=config.default_queues
+        )
+        for topic in config.topics:
+            self.catalog.create_topic(topic.name, topic.queues, topic.types)
+        for group in config.groups:
+            self.catalog.create_group(group.name, fifo=group.fifo, retry=group.retry)
+        self.brokers = [
+            Broker(
+                f"{config.broker_prefix}-{i}",
+                self.catalog,
+                transaction_check_after=config.transaction_check_after,
+                transaction_check_interval=config.transaction_check_interval,
+            )
+            for i in range(count)
+        ]
+        self.broker_by_name = {b.name: b for b in self.brokers}
+        self.faults = faults if faults is not None else Faults()
+        self.authenticator = Authenticator(config.credentials)
+        self.ports: list[int] = []
+        self._servers: list[grpc.aio.Server] = []
+        self._servicers = [MessagingServicer(self, i) for i in range(count)]
+        self._settings: dict[str, ClientSettings] = {}
+        self._sessions: dict[str, list[_Session]] = {}
+        self._expiry: dict[str, asyncio.TimerHandle] = {}
+        self._pending: dict[str, asyncio.Future[s.TelemetryCommand]] = {}
+        self._waiters: list[dict[str, set[asyncio.Future[None]]]] = [{} for _ in range(count)]
+        self._held: set[asyncio.Future[None]] = set()
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = float("inf")
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._started = False
+
+    # ------------------------------------------------------------------------------------------
+    # lifecycle
+
+    @property
+    def stats(self) -> Stats:
+        """Call and entry counters (`faults.stats`)."""
+        return self.faults.stats
+
+    @property
+    def endpoints(self) -> list[str]:
+        """`host:port` of each broker, in broker order."""
+        host = self.config.host
+        if ":" in host and not host.startswith("["):
+            host = f"[{host}]"
+        return [f"{host}:{port}" for port in self.ports]
+
+    async def start(self) -> None:
+        """Bind every port and start serving."""
+        if self._started:
+            return
+        self._loop = asyncio.get_running_loop()
+        config = self.config
+        credentials = None
+        if config.tls_cert and config.tls_key:
+            credentials = grpc.ssl_server_credentials([(config.tls_key, config.tls_cert)])
+        try:
+            for i, servicer in enumerate(self._servicers):
+                server = grpc.aio.server(options=_SERVER_OPTIONS)
+                g.add_MessagingServiceServicer_to_server(servicer, server)
+                self._servers.append(server)
+                self.ports.append(self._bind(server, i, credentials))
+            for server in self._servers:
+                await server.start()
+        except BaseException:
+            for server in self._servers:
+                await server.stop(None)
+            self._servers.clear()
+            self.ports.clear()
+            raise
+        self._started = True
+        self._schedule_timer()
+
+    def _bind(self, server: grpc.aio.Server, index: int, credentials: grpc.ServerCredentials | None) -> int:
+        config = self.config
+        host = config.host
+        if ":" in host and not host.startswith("["):
+            host = f"[{host}]"
+        if config.ports:
+            wanted = [config.ports[index]]
+        elif config.port:
+            wanted = [config.port + index]
+        elif index == 0:
+            wanted = [0]
+        else:
+            # Consecutive ports when free, else any free port.
+            wanted = [self.ports[0] + index, 0]
+        for port in wanted:
+            address = f"{host}:{port}"
+            try:
+                if credentials is None:
+                    bound = server.add_insecure_port(address)
+                else:
+                    bound = server.add_secure_port(address, credentials)
+            except RuntimeError:
+                bound = 0
+            if bound:
+                return bound
+        raise OSError(f"cannot bind {host}:{wanted[0]}")
+
+    async def stop(self, grace: float | None = 0.5) -> None:
+        """Stop serving: close Telemetry streams, end held calls, cancel timers."""
+        if not self._started:
+            return
+        self._started = False
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        for handle in self._expiry.values():
+            handle.cancel()
+        self._expiry.clear()
+        for sessions in list(self._sessions.values()):
+            for session in sessions:
+                session.send(None)
+        for fut in self._held:
+            fut.cancel()
+        for future in self._pending.values():
+            future.cancel()
+        self._pending.clear()
+        await asyncio.gather(*(server.stop(grace) for server in self._servers))
+        self._servers.clear()
+
+    async def wait_for_termination(self) -> None:
+        """Wait until every port stops serving."""
+        await asyncio.gather(*(server.wait_for_termination() for server in self._servers))
+
+    async def __aenter__(self) -> EmbeddedServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # ------------------------------------------------------------------------------------------
+    # routes
+
+    def route_brokers(self, requested: d.Endpoints) -> list[d.Broker]:
+        """Every broker as `Broker{name, id 0, endpoints}`: the host the client dialed (from the
+        request's endpoints, reference 7.3) with that broker's port."""
+        host: str | None = None
+        scheme = 0
+        if requested.addresses:
+            host = requested.addresses[0].host
+            scheme = requested.scheme
+        if not host:
+            host = self.config.advertise_host or self.config.host
+            if host in ("0.0.0.0", "::", ""):
+                host = "127.0.0.1"
+        if not scheme:
+            scheme = _scheme_of(host)
+        out = []
+        for broker, port in zip(self.brokers, self.ports, strict=False):
+            pb = d.Broker(name=broker.name, id=0)
+            pb.endpoints.scheme = cast(Any, scheme)
+            pb.endpoints.addresses.add(host=host, port=port)
+            out.append(pb)
+        return out
+
+    # ------------------------------------------------------------------------------------------
+    # clients and telemetry
+
+    def client_settings(self, client_id: str) -> ClientSettings | None:
+        """The settings a client last reported over Telemetry (merged), or None."""
+        return self._settings.get(client_id)
+
+    def connected_clients(self) -> list[str]:
+        """Client ids with at least one open Telemetry stream."""
+        return list(self._sessions)
+
+    def apply_settings(self, client_id: str, reported: d.Settings) -> s.TelemetryCommand:
+        """Validate and merge a client's Settings; the reply to send (reference 7.2)."""
+        group_info = None
+        if reported.WhichOneof("pub_sub") == "subscription" and reported.subscription.group.name:
+            check_group(reported.subscription.group.name)
+            group_info = self.catalog.group(reported.subscription.group.name)
+        settings = merge_settings(reported, group_info)
+        self._settings[client_id] = settings
+        return s.TelemetryCommand(status=_STATUS_OK, settings=settings.merged)
+
+    def touch(self, client_id: str) -> None:
+        """A heartbeat: the client is alive (nothing to refresh while its Telemetry stream is open)."""
+
+    def open_session(self, session: _Session) -> None:
+        sessions = self._sessions.setdefault(session.client_id, [])
+        sessions.append(session)
+        handle = self._expiry.pop(session.client_id, None)
+        if handle is not None:
+            handle.cancel()
+        logger.info(
+            "client %s connected to broker %d (telemetry from %s)",
+            session.client_id,
+            session.broker,
+            session.peer,
+        )
+
+    def close_session(self, session: _Session) -> None:
+        sessions = self._sessions.get(session.client_id)
+        if sessions is not None and session in sessions:
+            sessions.remove(session)
+            if not sessions:
+                del self._sessions[session.client_id]
+                if self._started and self._loop is not None:
+                    # Keep the client's auto-renewed messages for a while: it may reconnect (the
+                    # proxy expires a channel after 120 s without heartbeat, reference 7.2).
+                    self._expiry[session.client_id] = self._loop.call_later(
+                        self.config.client_expiry, self._expire_client, session.client_id
+                    )
+        logger.info("client %s disconnected from broker %d", session.client_id, session.broker)
+
+    def _expire_client(self, client_id: str) -> None:
+        self._expiry.pop(client_id, None)
+        if client_id in self._sessions:
+            return
+        self._settings.pop(client_id, None)
+        self._release(client_id)
+
+    def terminate_client(self, client_id: str) -> bool:
+        """NotifyClientTermination: forget the client's settings and release its in-flight messages
+        (visible again after ~1 s, reference 7.2). False when the client had no settings."""
+        known = self._settings.pop(client_id, None) is not None
+        self._release(client_id)
+        return known
+
+    def _release(self, client_id: str) -> None:
+        now = time.time()
+        for broker in self.brokers:
+            broker.release_client(client_id, now)
+            self.reschedule(broker)
+
+    def send_command(self, client_id: str, command: s.TelemetryCommand, *, broker: int | None = None) -> bool:
+        """Write a server-initiated command on the client's Telemetry stream (on `broker` when it has
+        one there, else any). False when the client has no open stream."""
+        sessions = self._sessions.get(client_id)
+        if not sessions:
+            return False
+        chosen = sessions[-1]
+        if broker is not None:
+            for session in sessions:
+                if session.broker == broker:
+                    chosen = session
+        return chosen.send(command)
+
+    def answer(self, nonce: str, command: s.TelemetryCommand) -> None:
+        future = self._pending.pop(nonce, None)
+        if future is not None and not future.done():
+            future.set_result(command)
+
+    async def _round_trip(
+        self,
+        client_id: str,
+        build: Callable[[str], s.TelemetryCommand],
+        timeout: float,  # noqa: ASYNC109
+    ) -> s.TelemetryCommand:
+        nonce = uuid.uuid4().hex
+        future: asyncio.Future[s.TelemetryCommand] = asyncio.get_running_loop().create_future()
+        self._pending[nonce] = future
+        try:
+            if not self.send_command(client_id, build(nonce)):
+                raise LookupError(f"client {client_id!r} has no open telemetry stream")
+            return await asyncio.wait_for(future, timeout)
+        finally:
+            self._pending.pop(nonce, None)
+
+    async def print_thread_stack_trace(
+        self,
+        client_id: str,
+        timeout: float = 5.0,  # noqa: ASYNC109
+    ) -> s.TelemetryCommand:
+        """Send PrintThreadStackTraceCommand; the client's `TelemetryCommand{thread_stack_trace}` reply.
+
+        Raises:
+            LookupError: the client has no open Telemetry stream.
+            TimeoutError: no answer within `timeout`.
+        """
+
+        def build(nonce: str) -> s.TelemetryCommand:
+            command = s.TelemetryCommand()
+            command.print_thread_stack_trace_command.nonce = nonce
+            return command
+
+        return await self._round_trip(client_id, build, timeout)
+
+    async def verify_message(
+        self,
+        client_id: str,
+        message: d.Message,
+        timeout: float = 5.0,  # noqa: ASYNC109
+    ) -> s.TelemetryCommand:
+        """Send VerifyMessageCommand; the client's `TelemetryCommand{status, verify_message_result}`."""
+
+        def build(nonce: str) -> s.TelemetryCommand:
+            command = s.TelemetryCommand()
+            command.verify_message_command.nonce = nonce
+            command.verify_message_command.message.CopyFrom(message)
+            return command
+
+        return await self._round_trip(client_id, build, timeout)
+
+    def reconnect_endpoints(self, client_id: str) -> int:
+        """Send ReconnectEndpointsCommand on every Telemetry stream of the client; how many were sent."""
+        sent = 0
+        for session in list(self._sessions.get(client_id, ())):
+            command = s.TelemetryCommand()
+            command.reconnect_endpoints_command.nonce = uuid.uuid4().hex
+            sent += session.send(command)
+        return sent
+
+    def _dispatch_check(self, index: int, check: TransactionCheck) -> None:
+        command = s.TelemetryCommand()
+        recover = command.recover_orphaned_transaction_command
+        recover.message.CopyFrom(stored_message_pb(check.message))
+        recover.transaction_id = check.transaction_id
+        if self.send_command(check.producer_client_id, command, broker=index):
+            return
+        # The producer is gone: any producer publishing the topic may resolve it (the broker asks
+        # any channel of the producer group, reference 7.7).
+        topic = check.message.topic
+        for client_id, settings in self._settings.items():
+            topics = settings.merged.publishing.topics if settings.merged.HasField("publishing") else ()
+            if any(t.name == topic for t in topics) and self.send_command(client_id, command, broker=index):
+                return
+
+    # ------------------------------------------------------------------------------------------
+    # the clock and long polls
+
+    def changed(self, index: int, topic: str) -> None:
+        """Something on broker `index` may now be poppable for `topic`: wake its long polls and make
+        sure the timer covers the broker's next event."""
+        waiters = self._waiters[index].pop(topic, None)
+        if waiters:
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
+        self.reschedule(self.brokers[index])
+
+    def reschedule(self, broker: Broker) -> None:
+        """Move the timer earlier if `broker` has an event before it."""
+        when = broker.next_event_time()
+        if when is not None and when < self._timer_at:
+            self._schedule_at(when)
+
+    def _schedule_timer(self) -> None:
+        best: float | None = None
+        for broker in self.brokers:
+            when = broker.next_event_time()
+            if when is not None and (best is None or when < best):
+                best = when
+        self._timer_at = float("inf")
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if best is not None:
+            self._schedule_at(best)
+
+    def _schedule_at(self, when: float) -> None:
+        if not self._started or self._loop is None:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = when
+        self._timer = self._loop.call_later(max(when - time.time(), 0.001), self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        now = time.time()
+        for index, broker in enumerate(self.brokers):
+            try:
+                checks = broker.tick(now)
+            except Exception:
+                logger.exception("tick of broker %s failed", broker.name)
+                continue
+            for check in checks:
+                self._dispatch_check(index, check)
+            # Visibility may have changed on any topic of this broker (expired invisibility, delayed
+            # messages landing, also when an earlier request's lazy advance applied them): one pop per
+            # parked poll.
+            waiters = self._waiters[index]
+            if waiters:
+                self._waiters[index] = {}
+                for futures in waiters.values():
+                    for fut in futures:
+                        if not fut.done():
+                            fut.set_result(None)
+        self._schedule_timer()
+
+    async def wait_for_change(self, index: int, topic: str, within: float) -> None:
+        """Park until `changed(index, topic)` or the timer wakes broker `index`, or `within` seconds pass."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[None] = loop.create_future()
+        parked = self._waiters[index].setdefault(topic, set())
+        parked.add(fut)
+        handle = loop.call_later(within, _resolve, fut)
+        try:
+            await fut
+        finally:
+            handle.cancel()
+            current = self._waiters[index].get(topic)
+            if current is not None:
+                current.discard(fut)
+                if not current:
+                    del self._waiters[index][topic]
+
+    async def hold(self, context: grpc.aio.ServicerContext) -> None:  # type: ignore[type-arg]
+        """Never answer (a dropped response): wait until the client's deadline has passed, or until
+        the call is cancelled or the server stops."""
+        remaining = context.time_remaining()
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._held.add(fut)
+        try:
+            if remaining is None:
+                await fut
+            else:
+                await asyncio.wait_for(fut, remaining + 0.5)
+        except TimeoutError:
+            pass
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # the call itself was cancelled (client gone); `stop()` only cancels `fut`
+        finally:
+            self._held.discard(fut)
+
+
+def _resolve(fut: asyncio.Future[None]) -> None:
+    if not fut.done():
+        fut.set_result(None)

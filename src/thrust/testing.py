@@ -1,0 +1,281 @@
+"""Helpers for tests: an embedded RocketMQ 5 server in-process or in a subprocess.
+
+In-process, on free ports of 127.0.0.1 (state in memory only):
+
+    async with thrust.testing.embedded_server(topics=["orders:4:FIFO", "events"], groups=["g:fifo"]) as srv:
+        endpoints = srv.endpoints[0]          # "127.0.0.1:PORT"
+        srv.faults.fail_next("SendMessage", "TOO_MANY_REQUESTS")
+        ...
+        assert srv.stats.calls["AckMessage"] == 1
+
+In a subprocess (`python -m thrust.cli.main serve ...`), for tests that kill -9, pause or restart it:
+
+    with thrust.testing.ServerProcess(brokers=2) as proc:
+        proc.endpoints               # ["127.0.0.1:P", "127.0.0.1:P+1"]
+        proc.stop(); proc.cont()     # SIGSTOP / SIGCONT
+        proc.kill(); proc.restart()  # same ports, empty state
+
+This module never imports the thrust client.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+
+from thrust.server.app import GroupSpec, ServerConfig, TopicSpec, parse_group, parse_topic
+from thrust.server.faults import Faults, Rpc, Stats
+from thrust.server.service import EmbeddedServer
+
+__all__ = [
+    "EmbeddedServer",
+    "Faults",
+    "GroupSpec",
+    "Rpc",
+    "ServerProcess",
+    "Stats",
+    "TopicSpec",
+    "embedded_server",
+]
+
+
+@contextlib.asynccontextmanager
+async def embedded_server(
+    *,
+    topics: Iterable[str | TopicSpec] = (),
+    groups: Iterable[str | GroupSpec] = (),
+    brokers: int = 1,
+    auto_create: bool = True,
+    faults: Faults | None = None,
+    credentials: Mapping[str, str] | None = None,
+    tls_cert: bytes | None = None,
+    tls_key: bytes | None = None,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    default_queues: int = 4,
+    transaction_check_after: float = 6.0,
+    transaction_check_interval: float = 6.0,
+    client_expiry: float = 120.0,
+) -> AsyncIterator[EmbeddedServer]:
+    """Run an `EmbeddedServer` on the current event loop for the duration of the block.
+
+    `topics` are `NAME[:QUEUES[:TYPE]]` strings or `TopicSpec`s, `groups` `NAME[:fifo]` or `GroupSpec`s.
+    With `auto_create` unknown topics are created on first use. The server object exposes `endpoints`
+    (`"127.0.0.1:PORT"` per broker), `ports`, `brokers`, `catalog`, `faults` and `stats`.
+    """
+    config = ServerConfig(
+        host=host,
+        port=port,
+        brokers=brokers,
+        auto_create_topics=auto_create,
+        default_queues=default_queues,
+        topics=tuple(parse_topic(t) for t in topics),
+        groups=tuple(parse_group(g) for g in groups),
+        credentials=dict(credentials or {}),
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        transaction_check_after=transaction_check_after,
+        transaction_check_interval=transaction_check_interval,
+        client_expiry=client_expiry,
+    )
+    server = EmbeddedServer(config, faults=faults)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop(grace=None)
+
+
+class ServerProcess:
+    """`thrust serve` in a child process.
+
+    Args:
+        args: extra `thrust serve` arguments, e.g. `["--topic", "t:8", "--fault-fail", "SendMessage:42900"]`.
+        brokers: number of brokers.
+        host: the bind address.
+        port: the first port; 0 picks free ports (kept across `restart()`).
+        start: start at once (else call `start()`).
+        startup_timeout: seconds to wait for the `listening on` lines.
+        env: extra environment variables for the child.
+
+    Attributes:
+        ports / endpoints: the bound ports and `host:port` strings, in broker order.
+        log_path: the child's stderr (its log).
+    """
+
+    def __init__(
+        self,
+        args: Sequence[str] = (),
+        *,
+        brokers: int = 1,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        start: bool = True,
+        startup_timeout: float = 20.0,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.args = list(args)
+        self.brokers = brokers
+        self.host = host
+        self.ports: list[int] = []
+        self._port = port
+        self.startup_timeout = startup_timeout
+        self._env = dict(env or {})
+        self._dir = tempfile.TemporaryDirectory(prefix="thrust-serve-")
+        self.log_path = Path(self._dir.name) / "serve.log"
+        self._log = open(self.log_path, "ab")  # closed in close()
+        self.process: subprocess.Popen[bytes] | None = None
+        if start:
+            self.start()
+
+    @property
+    def endpoints(self) -> list[str]:
+        """`host:port` per broker."""
+        return [f"{self.host}:{port}" for port in self.ports]
+
+    @property
+    def pid(self) -> int:
+        """The child's process id."""
+        if self.process is None:
+            raise RuntimeError("not started")
+        return self.process.pid
+
+    def command(self) -> list[str]:
+        """The command line of the child."""
+        cmd = [sys.executable, "-m", "thrust.cli.main", "serve", "--host", self.host]
+        if self.ports:
+            cmd += ["--ports", ",".join(str(p) for p in self.ports)]
+        else:
+            cmd += ["--port", str(self._port), "--brokers", str(self.brokers)]
+        return cmd + self.args
+
+    def start(self) -> None:
+        """Start the child and wait for its `listening on HOST:PORT` lines."""
+        if self.process is not None and self.process.poll() is None:
+            raise RuntimeError("already running")
+        env = dict(os.environ)
+        env.update(self._env)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        self.process = subprocess.Popen(
+            self.command(), stdout=subprocess.PIPE, stderr=self._log, stdin=subprocess.DEVNULL, env=env
+        )
+        ports = self._read_ports(self.process)
+        self.ports = ports
+        # Keep draining stdout so the child can never block on a full pipe.
+        threading.Thread(target=_drain, args=(self.process,), daemon=True).start()
+
+    def _read_ports(self, process: subprocess.Popen[bytes]) -> list[int]:
+        assert process.stdout is not None
+        ports: list[int] = []
+        box: list[BaseException] = []
+
+        def read() -> None:
+            try:
+                assert process.stdout is not None
+                while len(ports) < self.brokers:
+                    line = process.stdout.readline()
+                    if not line:
+                        return
+                    text = line.decode("utf-8", "replace").strip()
+                    if text.startswith("listening on "):
+                        ports.append(int(text.rsplit(":", 1)[1]))
+            except BaseException as exc:  # pragma: no cover - surfaced below
+                box.append(exc)
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        reader.join(self.startup_timeout)
+        if len(ports) < self.brokers:
+            self.kill()
+            log = self.log_path.read_text(errors="replace")[-4000:]
+            raise RuntimeError(f"thrust serve did not start (got ports {ports}); log:\n{log}") from (
+                box[0] if box else None
+            )
+        return ports
+
+    def terminate(self, timeout: float = 10.0) -> int | None:
+        """SIGTERM and wait; the exit code."""
+        return self._signal_and_wait(signal.SIGTERM, timeout)
+
+    def kill(self) -> int | None:
+        """SIGKILL (kill -9) and wait; the exit code."""
+        return self._signal_and_wait(signal.SIGKILL, 10.0)
+
+    def stop(self) -> None:
+        """SIGSTOP: freeze the server (connections stay open, nothing is answered)."""
+        self._signal(signal.SIGSTOP)
+
+    def cont(self) -> None:
+        """SIGCONT after `stop()`."""
+        self._signal(signal.SIGCONT)
+
+    def restart(self, *, kill: bool = True) -> None:
+        """Kill (or terminate) the child and start a fresh one on the same ports (state is lost)."""
+        if self.process is not None and self.process.poll() is None:
+            if kill:
+                self.kill()
+            else:
+                self.terminate()
+        deadline = time.monotonic() + self.startup_timeout
+        while True:
+            try:
+                self.start()
+                return
+            except RuntimeError:
+                # The old ports may linger briefly; retry until the deadline.
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
+    def _signal(self, sig: signal.Signals) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(sig)
+
+    def _signal_and_wait(self, sig: signal.Signals, timeout: float) -> int | None:
+        process = self.process
+        if process is None:
+            return None
+        if process.poll() is None:
+            if sig != signal.SIGKILL:
+                process.send_signal(signal.SIGCONT)
+            process.send_signal(sig)
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if process.stdout is not None:
+            process.stdout.close()
+        return process.returncode
+
+    def close(self) -> None:
+        """Stop the child (SIGTERM, then SIGKILL) and remove its log."""
+        self.terminate()
+        self._log.close()
+        self._dir.cleanup()
+
+    def __enter__(self) -> ServerProcess:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+def _drain(process: subprocess.Popen[bytes]) -> None:
+    stdout = process.stdout
+    if stdout is None:
+        return
+    with contextlib.suppress(ValueError, OSError):
+        while stdout.read(65536):
+            pass
