@@ -1,0 +1,290 @@
+"""Cache accounting and receive credit for one assigned queue of a push consumer (seed items 5a, 6).
+
+Java's `ProcessQueueImpl` (reference §4.5) runs one ReceiveMessage at a time per queue, polls a full cache
+every 1 s, and lets removed queues finish their long polls before new ones start (seed 5a). Here:
+
+- A queue may have up to `max_receives_in_flight` receives at once, while the cache has room for all of them:
+  each receive reserves the count it asks for, so the cached count never exceeds its threshold.
+- Thresholds are the client-wide `max_cache_count` / `max_cache_bytes` split across the current number of
+  queues (Java `cacheMessageCountThresholdPerQueue = max(1, max / #PQs)`), re-split whenever the number
+  changes, because all queues read the one shared `QueueBudget`.
+- A full cache is not polled: the io layer waits for an event (a consumption freeing room, a receive
+  completing) instead of Java's 1 s re-check.
+- `drop()` flips a flag that makes `receive_plan` answer 0 at once; the io layer cancels the queue's in-flight
+  long polls immediately rather than waiting up to 20 s for them (seed 5a).
+
+Flow-control invariant: `cached_count <= count threshold` always; `cached_bytes <= byte threshold + one
+batch`, given that messages are no larger than the largest already seen by this queue: a receive started while
+another one is in flight must fit in the remaining bytes at that estimated size, and until a size is known
+only one receive runs at a time (the Java bound: it starts a receive whenever the bytes are under threshold).
+
+How the io layer drives one queue (one event per queue, set after every `on_*` call):
+
+    while not pq.dropped:
+        n = pq.receive_plan(now)                          # "what should I send now?"
+        if n == 0:
+            wait for the event, or until pq.wake_at(now) if that is not None
+            continue
+        ticket = pq.on_receive_started(n, now)            # put ticket.attempt_id / n in the request
+        spawn: receive; then pq.on_received(ticket, count, nbytes, now)             # "here is the result"
+                       or delay = pq.on_receive_failed(ticket, too_many_requests, now)
+    consumption path: pq.on_consumed(n, nbytes, now) when a message leaves the cache (after its ack settles)
+    assignment scan: drop the queue when `pq.expired(now)`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from thrust._core.backoff import receive_retry_delay
+from thrust._core.settings import ClientSettings
+
+__all__ = ["ProcessQueue", "QueueBudget", "ReceiveTicket"]
+
+MiB = 1024 * 1024
+
+
+class QueueBudget:
+    """Client-wide limits and receive settings shared by every process queue of one push consumer.
+
+    The consumer sets `queue_count` after each assignment change and calls `apply_settings` after each
+    server Settings reply; all queues see the new values at their next call.
+    """
+
+    __slots__ = (
+        "batch_size",
+        "long_polling_timeout",
+        "max_bytes",
+        "max_count",
+        "max_receives_in_flight",
+        "queue_count",
+        "request_timeout",
+    )
+
+    def __init__(
+        self,
+        max_count: int = 4096,
+        max_bytes: int = 64 * MiB,
+        *,
+        max_receives_in_flight: int = 2,
+        batch_size: int = 32,
+        long_polling_timeout: float = 20.0,
+        request_timeout: float = 3.0,
+    ) -> None:
+        if max_count < 1 or max_bytes < 1 or max_receives_in_flight < 1 or batch_size < 1:
+            raise ValueError("max_count, max_bytes, max_receives_in_flight and batch_size must be >= 1")
+        self.max_count = max_count  # Java maxCacheMessageCount (4096, reference §4.10)
+        self.max_bytes = max_bytes  # Java maxCacheMessageSizeInBytes (64 MiB)
+        self.max_receives_in_flight = max_receives_in_flight
+        self.batch_size = batch_size
+        self.long_polling_timeout = long_polling_timeout
+        self.request_timeout = request_timeout
+        self.queue_count = 1
+
+    def set_queue_count(self, n: int) -> None:
+        """Re-split the thresholds across `n` queues (0 is treated as 1)."""
+        self.queue_count = max(1, n)
+
+    def apply_settings(self, settings: ClientSettings) -> None:
+        """Take the server-merged batch size, long polling and request timeout (reference §4.2 item 4)."""
+        self.batch_size = max(1, settings.receive_batch_size)
+        self.long_polling_timeout = settings.long_polling_timeout
+        self.request_timeout = settings.request_timeout
+
+    @property
+    def count_per_queue(self) -> int:
+        return max(1, self.max_count // self.queue_count)
+
+    @property
+    def bytes_per_queue(self) -> int:
+        return max(1, self.max_bytes // self.queue_count)
+
+    @property
+    def idle_limit(self) -> float:
+        """A queue with no receive activity for this long is expired: (long polling + request timeout) x 3."""
+        return (self.long_polling_timeout + self.request_timeout) * 3
+
+
+class ReceiveTicket:
+    """One in-flight ReceiveMessage: the attempt id to send and the count it reserved."""
+
+    __slots__ = ("_open", "attempt_id", "requested", "started_at")
+
+    def __init__(self, attempt_id: str, requested: int, started_at: float) -> None:
+        self.attempt_id = attempt_id
+        self.requested = requested
+        self.started_at = started_at
+        self._open = True
+
+    def __repr__(self) -> str:
+        return f"ReceiveTicket({self.attempt_id!r}, requested={self.requested})"
+
+
+class ProcessQueue:
+    """Receive credit and cache accounting of one assigned queue. See the module doc for the driving loop.
+
+    `queue` is opaque here (the io layer passes its queue identity, e.g. `assignment.QueueId`).
+    `attempt_id_factory` makes fresh attempt ids (the io layer passes `lambda: str(uuid.uuid4())`).
+    """
+
+    __slots__ = (
+        "_cache_full_at",
+        "_est_msg_bytes",
+        "_last_activity",
+        "_new_attempt_id",
+        "_reserved",
+        "_retry_at",
+        "_spare_attempt_ids",
+        "budget",
+        "cached_bytes",
+        "cached_count",
+        "dropped",
+        "in_flight",
+        "queue",
+    )
+
+    def __init__(
+        self, queue: object, budget: QueueBudget, attempt_id_factory: Callable[[], str], now: float
+    ) -> None:
+        self.queue = queue
+        self.budget = budget
+        self._new_attempt_id = attempt_id_factory
+        self.cached_count = 0
+        self.cached_bytes = 0
+        self.in_flight = 0
+        self.dropped = False
+        self._reserved = 0  # messages asked for by in-flight receives
+        self._est_msg_bytes = 0.0  # largest per-message size seen; 0 = unknown
+        self._retry_at = 0.0
+        self._last_activity = now
+        self._cache_full_at = float("-inf")
+        # Ids of receives that failed or came back empty: reused by the next receive, so that the broker can
+        # re-serve the same (FIFO) batch (reference §1.1 field 8). One per concurrent receive: concurrent
+        # receives must not share an id, or the broker would treat the second as a retry of the first.
+        self._spare_attempt_ids: list[str] = []
+
+    # -- planning -----------------------------------------------------------------------------------------
+
+    def has_room(self) -> bool:
+        """The cache is under both thresholds (a receive could start if nothing else stops it)."""
+        b = self.budget
+        return self.cached_count < b.count_per_queue and self.cached_bytes < b.bytes_per_queue
+
+    def receive_plan(self, now: float) -> int:
+        """How many messages the next ReceiveMessage may ask for now; 0 = do not start one now.
+
+        0 when dropped, backing off after a failure (see `wake_at`), at `max_receives_in_flight`, or when the
+        cache (counting what in-flight receives reserved) has no room. Otherwise
+        `min(batch size, free count slots)`, reduced for a concurrent receive so that its estimated bytes fit.
+        """
+        if self.dropped or now < self._retry_at:
+            return 0
+        b = self.budget
+        if self.in_flight >= b.max_receives_in_flight:
+            return 0
+        count_limit = b.count_per_queue
+        bytes_limit = b.bytes_per_queue
+        if self.cached_count >= count_limit or self.cached_bytes >= bytes_limit:
+            self._cache_full_at = now
+            return 0
+        n = min(b.batch_size, count_limit - self.cached_count - self._reserved)
+        if n <= 0:
+            return 0
+        if self.in_flight:
+            est = self._est_msg_bytes
+            if est <= 0:
+                return 0  # sizes unknown yet: one receive at a time
+            room = bytes_limit - self.cached_bytes - self._reserved * est
+            n = min(n, int(room // est))
+            if n <= 0:
+                return 0
+        return n
+
+    def wake_at(self, now: float) -> float | None:
+        """When `receive_plan` may change without any event: the end of a failure backoff, else None."""
+        if not self.dropped and now < self._retry_at:
+            return self._retry_at
+        return None
+
+    # -- receive lifecycle --------------------------------------------------------------------------------
+
+    def on_receive_started(self, n: int, now: float) -> ReceiveTicket:
+        """Reserve `n` (from `receive_plan`) for a receive the io layer starts right now."""
+        if n < 1:
+            raise ValueError("a receive must ask for at least one message")
+        attempt_id = self._spare_attempt_ids.pop() if self._spare_attempt_ids else self._new_attempt_id()
+        self.in_flight += 1
+        self._reserved += n
+        self._last_activity = now
+        return ReceiveTicket(attempt_id, n, now)
+
+    def on_received(
+        self, ticket: ReceiveTicket, n: int, nbytes: int, now: float, largest: int | None = None
+    ) -> None:
+        """The receive completed with `n` messages of `nbytes` body bytes in total, all now cached.
+
+        `largest` (optional) is the largest body among them; otherwise the batch average is used to estimate
+        message size. An empty result (MESSAGE_NOT_FOUND) is `n == 0` and keeps the attempt id for reuse;
+        messages rotate it (Java, reference §1.1 field 8).
+        """
+        if not self._close(ticket, now):
+            return
+        self.cached_count += n
+        self.cached_bytes += nbytes
+        if n > 0:
+            size = float(largest) if largest is not None else nbytes / n
+            if size > self._est_msg_bytes:
+                self._est_msg_bytes = size
+        else:
+            self._spare_attempt_ids.append(ticket.attempt_id)
+
+    def on_receive_failed(self, ticket: ReceiveTicket, too_many_requests: bool, now: float) -> float:
+        """The receive failed; returns the delay before this queue receives again (also seen by `wake_at`).
+
+        20 ms after TOO_MANY_REQUESTS, 1 s after anything else (Java, reference §4.5). The attempt id is kept
+        for the retry. A cancelled receive of a dropped queue may call this too; it only releases credit.
+        """
+        if not self._close(ticket, now):
+            return 0.0
+        self._spare_attempt_ids.append(ticket.attempt_id)
+        if self.dropped:
+            return 0.0
+        delay = receive_retry_delay(too_many_requests)
+        self._retry_at = max(self._retry_at, now + delay)
+        return delay
+
+    def on_consumed(self, n: int, nbytes: int, now: float) -> bool:
+        """`n` messages of `nbytes` left the cache. Returns True when this made room in a full cache."""
+        was_full = not self.has_room()
+        self.cached_count = max(0, self.cached_count - n)
+        self.cached_bytes = max(0, self.cached_bytes - nbytes)
+        if was_full:
+            self._cache_full_at = now
+            return self.has_room()
+        return False
+
+    def drop(self) -> None:
+        """The queue is no longer assigned (or expired): no new receives; cancel the in-flight ones."""
+        self.dropped = True
+
+    def expired(self, now: float) -> bool:
+        """No receive activity for `budget.idle_limit` while the cache was not full (Java `expired()`, §4.4).
+
+        A queue whose cache is full is waiting for consumption, not stuck, so it never expires while full or
+        within the idle limit after it was last full.
+        """
+        if self.dropped or not self.has_room():
+            return False
+        limit = self.budget.idle_limit
+        return now - self._last_activity >= limit and now - self._cache_full_at >= limit
+
+    # -- internals ----------------------------------------------------------------------------------------
+
+    def _close(self, ticket: ReceiveTicket, now: float) -> bool:
+        if not ticket._open:
+            return False
+        ticket._open = False
+        self.in_flight -= 1
+        self._reserved -= ticket.requested
+        self._last_activity = now
+        return True

@@ -1,0 +1,213 @@
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+
+from thrust._core.process_queue import ProcessQueue, QueueBudget, ReceiveTicket
+from thrust._core.settings import ClientSettings, ServerSettings, merge
+
+
+def make(budget: QueueBudget | None = None, now: float = 0.0) -> ProcessQueue:
+    counter = itertools.count(1)
+    return ProcessQueue("q", budget or QueueBudget(), lambda: f"a{next(counter)}", now)
+
+
+def test_thresholds_split_across_queues_and_resplit() -> None:
+    budget = QueueBudget(4096, 64 * 1024 * 1024)
+    pq = make(budget)
+    assert budget.count_per_queue == 4096
+    budget.set_queue_count(4)
+    assert (budget.count_per_queue, budget.bytes_per_queue) == (1024, 16 * 1024 * 1024)
+    t = pq.on_receive_started(pq.receive_plan(0.0), 0.0)
+    pq.on_received(t, 1000, 1000, 0.0)
+    assert pq.receive_plan(0.0) == 24  # min(32, 1024 - 1000)
+    budget.set_queue_count(1000)
+    assert budget.count_per_queue == 4
+    assert pq.receive_plan(0.0) == 0 and not pq.has_room()  # re-split applies at once
+    budget.set_queue_count(0)
+    assert budget.count_per_queue == 4096
+
+
+def test_batch_size_comes_from_settings() -> None:
+    budget = QueueBudget()
+    budget.apply_settings(
+        merge(ClientSettings.for_consumer(), ServerSettings(receive_batch_size=8, long_polling_timeout=5))
+    )
+    pq = make(budget)
+    assert pq.receive_plan(0.0) == 8
+    assert budget.idle_limit == (5 + 3) * 3
+
+
+def test_full_cache_waits_for_consumption_not_polling() -> None:
+    budget = QueueBudget(max_count=10, max_bytes=10**6, max_receives_in_flight=1)
+    pq = make(budget)
+    n = pq.receive_plan(0.0)
+    assert n == 10
+    t = pq.on_receive_started(n, 0.0)
+    pq.on_received(t, 10, 100, 0.1)
+    assert pq.receive_plan(0.2) == 0
+    assert not pq.has_room()
+    assert pq.wake_at(0.2) is None  # nothing to poll: wait for on_consumed
+    assert pq.on_consumed(3, 30, 5.0) is True  # room made in a full cache: wake the receiver
+    assert pq.on_consumed(1, 10, 5.0) is False  # already had room
+    assert pq.receive_plan(5.0) == 4
+
+
+def test_bytes_threshold() -> None:
+    budget = QueueBudget(max_count=1000, max_bytes=1000)
+    pq = make(budget)
+    t = pq.on_receive_started(pq.receive_plan(0.0), 0.0)
+    pq.on_received(t, 2, 1000, 0.0)
+    assert pq.receive_plan(0.0) == 0 and not pq.has_room()
+    assert pq.on_consumed(1, 500, 1.0)
+    assert pq.receive_plan(1.0) == 32
+
+
+def test_concurrent_receives_reserve_room() -> None:
+    budget = QueueBudget(max_count=100, max_bytes=100_000, max_receives_in_flight=3)
+    pq = make(budget)
+    t1 = pq.on_receive_started(pq.receive_plan(0.0), 0.0)
+    assert pq.receive_plan(0.0) == 0  # message size unknown: one receive at a time
+    pq.on_received(t1, 32, 32 * 100, 0.1)  # 100 bytes per message now known
+    t2 = pq.on_receive_started(pq.receive_plan(0.1), 0.1)
+    t3 = pq.on_receive_started(pq.receive_plan(0.1), 0.1)
+    assert (t2.requested, t3.requested) == (32, 32)
+    t4 = pq.on_receive_started(pq.receive_plan(0.1), 0.1)
+    assert t4.requested == 100 - 32 - 64  # count slots reserved by in-flight receives are not offered
+    assert pq.receive_plan(0.1) == 0  # max_receives_in_flight
+    assert pq.in_flight == 3
+    pq.on_received(t2, 0, 0, 0.2)
+    assert pq.receive_plan(0.2) == 32  # t2's slots are free again
+    pq.on_received(t3, 32, 3200, 0.2)
+    assert pq.receive_plan(0.2) == 100 - 64 - 4
+
+
+def test_concurrent_receive_shrinks_to_fit_bytes() -> None:
+    budget = QueueBudget(max_count=1000, max_bytes=10_000, max_receives_in_flight=4)
+    pq = make(budget)
+    t = pq.on_receive_started(pq.receive_plan(0.0), 0.0)
+    pq.on_received(t, 10, 10 * 200, 0.0)  # 2000 cached, 200 B per message
+    t1 = pq.on_receive_started(pq.receive_plan(0.0), 0.0)
+    assert t1.requested == 32  # nothing else in flight: Java rule, only "bytes < threshold"
+    assert pq.receive_plan(0.0) == (10_000 - 2000 - 32 * 200) // 200  # 8
+
+
+def test_attempt_id_reuse_and_rotation() -> None:
+    budget = QueueBudget(max_receives_in_flight=2)
+    pq = make(budget)
+    t1 = pq.on_receive_started(32, 0.0)
+    assert t1.attempt_id == "a1"
+    delay = pq.on_receive_failed(t1, too_many_requests=False, now=0.0)
+    assert delay == pytest.approx(1.0)
+    t2 = pq.on_receive_started(32, 1.0)
+    assert t2.attempt_id == "a1"  # reused after failure
+    pq.on_received(t2, 0, 0, 21.0)
+    t3 = pq.on_receive_started(32, 21.0)
+    assert t3.attempt_id == "a1"  # reused after an empty result
+    t4 = pq.on_receive_started(32, 21.0)
+    assert t4.attempt_id == "a2"  # concurrent receives never share an id
+    pq.on_received(t3, 5, 50, 22.0)
+    pq.on_received(t4, 0, 0, 22.0)
+    t5 = pq.on_receive_started(32, 22.0)
+    assert t5.attempt_id == "a2"  # a1 was rotated away after messages, a2 came back empty
+    t6 = pq.on_receive_started(32, 22.0)
+    assert t6.attempt_id == "a3"
+
+
+def test_failure_backoff_java_values() -> None:
+    pq = make()
+    t = pq.on_receive_started(pq.receive_plan(0.0), 0.0)
+    assert pq.on_receive_failed(t, too_many_requests=True, now=1.0) == pytest.approx(0.02)
+    assert pq.receive_plan(1.01) == 0
+    assert pq.wake_at(1.01) == pytest.approx(1.02)
+    assert pq.receive_plan(1.02) == 32
+    assert pq.wake_at(1.02) is None
+    t = pq.on_receive_started(32, 1.02)
+    assert pq.on_receive_failed(t, too_many_requests=False, now=2.0) == pytest.approx(1.0)
+    assert pq.receive_plan(2.5) == 0 and pq.receive_plan(3.0) == 32
+
+
+def test_ticket_closed_once() -> None:
+    pq = make()
+    t = pq.on_receive_started(32, 0.0)
+    pq.on_received(t, 1, 10, 0.0)
+    pq.on_received(t, 1, 10, 0.0)
+    assert pq.on_receive_failed(t, False, 0.0) == 0.0
+    assert (pq.cached_count, pq.in_flight) == (1, 0)
+    with pytest.raises(ValueError):
+        pq.on_receive_started(0, 0.0)
+
+
+def test_dropped_queue_stops_at_once() -> None:
+    pq = make()
+    t = pq.on_receive_started(pq.receive_plan(0.0), 0.0)
+    pq.drop()
+    assert pq.dropped
+    assert pq.receive_plan(0.0) == 0
+    assert pq.wake_at(0.0) is None
+    assert pq.on_receive_failed(t, False, 0.1) == 0.0  # the cancelled long poll only releases credit
+    assert pq.in_flight == 0
+    assert not pq.expired(1000.0)
+
+
+def test_expiry() -> None:
+    budget = QueueBudget(max_count=10, long_polling_timeout=20.0, request_timeout=3.0)
+    pq = make(budget, now=0.0)
+    assert budget.idle_limit == 69.0
+    assert not pq.expired(68.9)
+    assert pq.expired(69.0)  # no receive activity at all: stuck
+    t = pq.on_receive_started(10, 70.0)
+    pq.on_received(t, 10, 10, 71.0)
+    assert pq.receive_plan(71.0) == 0
+    assert not pq.expired(500.0)  # full: waiting for consumption, not stuck
+    pq.on_consumed(10, 10, 500.0)
+    assert not pq.expired(568.9)  # within the limit after the cache was last full
+    assert pq.expired(569.0)
+
+
+def run_invariant(seed: int, size: int | None) -> None:
+    """Random receives / results / consumption; check the flow-control invariant after every step."""
+    rng = random.Random(seed)
+    budget = QueueBudget(max_count=200, max_bytes=20_000, max_receives_in_flight=4, batch_size=32)
+    pq = make(budget)
+    in_flight: list[ReceiveTicket] = []
+    cached: list[int] = []
+    now = 0.0
+    for _ in range(5000):
+        now += 0.001
+        action = rng.random()
+        n = pq.receive_plan(now)
+        if n and action < 0.4:
+            in_flight.append(pq.on_receive_started(n, now))
+        elif in_flight and action < 0.75:
+            t = in_flight.pop(rng.randrange(len(in_flight)))
+            if rng.random() < 0.1:
+                pq.on_receive_failed(t, rng.random() < 0.5, now)
+            else:
+                got = rng.randint(0, t.requested)
+                sizes = [size or rng.randint(1, 400) for _ in range(got)]
+                cached.extend(sizes)
+                pq.on_received(t, got, sum(sizes), now, largest=max(sizes, default=None))
+        elif cached:
+            k = rng.randint(1, min(len(cached), 8))
+            gone, cached[:k] = cached[:k], []
+            pq.on_consumed(k, sum(gone), now)
+        assert pq.cached_count == len(cached)
+        assert pq.cached_bytes == sum(cached)
+        assert pq.cached_count <= budget.count_per_queue
+        assert pq.in_flight <= budget.max_receives_in_flight
+        if size is not None:
+            assert pq.cached_bytes <= budget.bytes_per_queue + budget.batch_size * size
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("size", [1, 100, 400, 3000])
+def test_flow_control_invariant(seed: int, size: int) -> None:
+    run_invariant(seed, size)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_count_never_exceeds_threshold_with_mixed_sizes(seed: int) -> None:
+    run_invariant(seed, None)
