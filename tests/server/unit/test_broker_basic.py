@@ -5,12 +5,12 @@ from __future__ import annotations
 import zlib
 
 import pytest
-from _broker_kit import ALL, T0, TagFilter, ack, ids, make, msg, pop
 
+from tests.server.unit._broker_kit import ALL, T0, TagFilter, ack, ids, make, msg, pop
 from thrust._codec.status import Code
 from thrust.server.core.broker import Broker
 from thrust.server.core.catalog import Catalog
-from thrust.server.core.model import BrokerError, MessageType
+from thrust.server.core.model import BrokerError, MessageType, StoredMessage
 
 
 def test_send_pop_ack_round_trip() -> None:
@@ -235,3 +235,24 @@ def test_topic_growth_adds_queues() -> None:
     results = [broker.send([msg()], T0)[0].queue_id for _ in range(3)]
     assert sorted(results) == [0, 1, 2]
     assert len(pop(broker, T0)) == 4
+
+
+def test_stored_message_fast_constructor_is_a_real_frozen_instance() -> None:
+    import dataclasses
+
+    inbound = msg(tag="x", properties={"k": "v"}, group="grp")
+    fast = StoredMessage.of(
+        inbound, queue_id=2, offset=7, store_timestamp=T0, broker="b", transaction_id="tx"
+    )
+    plain = StoredMessage(
+        **{f.name: getattr(inbound, f.name) for f in dataclasses.fields(inbound)},
+        queue_id=2,
+        offset=7,
+        store_timestamp=T0,
+        broker="b",
+        transaction_id="tx",
+    )
+    assert type(fast) is StoredMessage and fast == plain and repr(fast) == repr(plain)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.offset = 8  # type: ignore[misc]
+    assert dataclasses.replace(fast, offset=9).offset == 9

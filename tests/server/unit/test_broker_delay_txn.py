@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from _broker_kit import T0, ack, ids, make, msg, pop
 
+from tests.server.unit._broker_kit import T0, ack, ids, make, msg, pop
 from thrust._codec.status import Code
 from thrust.server.core.broker import Broker, broker_of_handle
 from thrust.server.core.model import BrokerError, MessageType

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from _broker_kit import T0, TagFilter, ack, ids, make, msg, nack, pop
-
+from tests.server.unit._broker_kit import T0, TagFilter, ack, ids, make, msg, nack, pop
 from thrust.server.core.model import MessageType
 
 FIFO = MessageType.FIFO

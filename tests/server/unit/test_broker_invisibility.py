@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 
 import pytest
-from _broker_kit import T0, ack, ids, make, msg, nack, pop
 
+from tests.server.unit._broker_kit import T0, ack, ids, make, msg, nack, pop
 from thrust._codec.status import Code
 from thrust.server.core.broker import RELEASE_DELAY, Broker, broker_of_handle
 from thrust.server.core.catalog import Catalog

@@ -857,6 +857,12 @@ class Broker:
 
     def _advance(self, now: float) -> None:
         """Apply every timer due at `now`: delayed messages land, invisibility expires or renews."""
+        # Fast path (every request comes through here): nothing can be due when both heap tops,
+        # stale or not, lie in the future.
+        delayed = self._delayed._heap
+        timers = self._timers._heap
+        if (not delayed or delayed[0][0] > now) and (not timers or timers[0][0] > now):
+            return
         while (due := self._delayed.pop_due(now)) is not None:
             when, held = due
             self._held.pop(held.key, None)
@@ -1190,7 +1196,7 @@ class Broker:
             if not hmac.compare_digest(self._sign(payload), parts[8]):
                 raise _invalid_handle("signature mismatch")
         try:
-            pop_ms, invisible_ms, queue_id, offset, nonce = (int(p, 16) for p in parts[1:6])
+            pop_ms, invisible_ms, queue_id, offset, nonce = [int(p, 16) for p in parts[1:6]]
         except ValueError:
             raise _invalid_handle("malformed") from None
         if min(pop_ms, invisible_ms, queue_id, offset, nonce) < 0 or parts[6] not in ("0", "1"):
