@@ -16,7 +16,7 @@ Logging goes to `logging.getLogger("thrust.*")`; the library never adds handlers
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from thrust.config import ClientConfig, Credentials, TlsConfig
 from thrust.errors import (
@@ -47,6 +47,9 @@ from thrust.message import (
     TransactionResolution,
 )
 from thrust.producer import Producer, Transaction
+
+if TYPE_CHECKING:
+    from thrust.simple_consumer import SimpleConsumer
 
 logging.getLogger("thrust").addHandler(logging.NullHandler())
 
@@ -88,7 +91,7 @@ def __getattr__(name: str) -> Any:
     # SimpleConsumer and PushConsumer are imported on first use: PushConsumer lives in its own module
     # (written separately) and importing `thrust` should not pay for clients that are not used.
     if name == "SimpleConsumer":
-        from thrust.simple_consumer import SimpleConsumer  # type: ignore[import-not-found,unused-ignore]
+        from thrust.simple_consumer import SimpleConsumer
 
         return SimpleConsumer
     if name == "PushConsumer":

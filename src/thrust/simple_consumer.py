@@ -1,0 +1,420 @@
+"""`SimpleConsumer`: pull messages when you want them, settle each one yourself.
+
+Each `receive()` is one ReceiveMessage long poll (up to 32 messages) on one broker, round robin over the
+subscribed topics and their readable queues (Java `SubscriptionLoadBalancer`). Messages stay invisible to
+other consumers for `invisible_duration`; `ack()` removes them, `change_invisible_duration()` hides them
+longer (or makes them visible again soon) and keeps the new receipt handle the server returns (reference
+§7.7), and a message not acked in time is delivered again with `delivery_attempt + 1`.
+
+`async for msg in consumer` iterates over batched receives: each `__anext__` only pops a local buffer, so
+iterating costs no more per message than calling `receive()` yourself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from types import TracebackType
+from typing import Any
+
+from thrust._codec import convert, validation
+from thrust._codec.status import Code
+from thrust._core.endpoints import Endpoint
+from thrust._core.routes import RouteQueue
+from thrust._core.settings import ClientSettings
+from thrust._io.session import ClientSession
+from thrust._io.telemetry import TelemetryHandler
+from thrust._proto.apache.rocketmq.v2 import definition_pb2 as pb
+from thrust._proto.apache.rocketmq.v2 import service_pb2 as spb
+from thrust.config import ClientConfig, Credentials, TlsConfig
+from thrust.errors import ClientClosedError, NotFoundError, ThrustError, ValidationError, error_for_status
+from thrust.message import FilterExpression, ReceivedMessage
+from thrust.producer import _check, _config
+
+__all__ = ["SimpleConsumer"]
+
+logger = logging.getLogger("thrust.consumer")
+
+MAX_BATCH = 32  # the broker refuses more per pop (reference §7.5 item 5)
+# A corrupted message is made visible again soon so another delivery (maybe intact) can replace it.
+CORRUPTED_RETRY_DELAY = 1.0
+
+
+class SimpleConsumer:
+    """Receives messages of a group on demand. Native asyncio; `thrust.sync.SimpleConsumer` for threads.
+
+    ```
+    async with thrust.SimpleConsumer(endpoints="127.0.0.1:8081", group="g", subscriptions={"t": "*"}) as c:
+        for msg in await c.receive(max_messages=32, invisible_duration=30):
+            await c.ack(msg)
+        async for msg in c:          # or iterate
+            await msg.ack()
+    ```
+
+    Args:
+        config: a `ClientConfig`; or give its fields directly (`endpoints=`, `namespace=`, ...).
+        group: the consumer group.
+        subscriptions: topic -> filter: a tag expression string (`"*"`, `"a||b"`) or a `FilterExpression`
+            (`FilterExpression.sql("price > 10")`).
+        await_duration: how long one receive waits on the server for messages (long polling, seconds).
+        invisible_duration: the default for `receive()` and for iteration (seconds, 10 s .. 12 h).
+    """
+
+    def __init__(
+        self,
+        config: ClientConfig | None = None,
+        *,
+        endpoints: str | Iterable[str] | None = None,
+        namespace: str | None = None,
+        credentials: Credentials | None = None,
+        tls: TlsConfig | bool | None = None,
+        request_timeout: float | None = None,
+        group: str,
+        subscriptions: Mapping[str, str | FilterExpression],
+        await_duration: float = 20.0,
+        invisible_duration: float = 30.0,
+    ) -> None:
+        self.config = _config(
+            config,
+            endpoints,
+            namespace=namespace,
+            credentials=credentials,
+            tls=tls,
+            request_timeout=request_timeout,
+        )
+        _check(validation.check_group, group)
+        self.group = group
+        self._subscriptions: dict[str, FilterExpression] = {}
+        for topic, expr in subscriptions.items():
+            _check(validation.check_topic, topic)
+            self._subscriptions[topic] = FilterExpression.of(expr)
+        if not 0 < await_duration <= 3600:
+            raise ValueError("await_duration must be in (0, 3600] seconds")
+        _check(validation.check_receive_invisible_duration, float(invisible_duration))
+        self.await_duration = float(await_duration)
+        self.invisible_duration = float(invisible_duration)
+        self._session: ClientSession | None = None
+        self._start_task: asyncio.Task[None] | None = None
+        self._closed = False
+        self._next_topic = 0
+        self._next_queue: dict[str, int] = {}
+        self._buffer: deque[ReceivedMessage] = deque()
+        self._group_pb = pb.Resource(resource_namespace=self.config.namespace, name=group)
+        self._filters: dict[str, pb.FilterExpression] = {}
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+
+    @property
+    def session(self) -> ClientSession:
+        """The underlying session (internal API, for tests and tools)."""
+        if self._session is None:
+            raise RuntimeError("the consumer is not started")
+        return self._session
+
+    @property
+    def subscriptions(self) -> dict[str, FilterExpression]:
+        """A copy of the current subscriptions."""
+        return dict(self._subscriptions)
+
+    async def start(self) -> None:
+        """Fetch routes, open sessions and announce the subscriptions; idempotent (`async with` calls it)."""
+        if self._closed:
+            raise ClientClosedError("the consumer is closed")
+        if self._start_task is None:
+            self._session = ClientSession(
+                self.config,
+                client_type=pb.SIMPLE_CONSUMER,
+                local_settings=ClientSettings.for_consumer(),
+                handler=_ConsumerTelemetry(self),
+                group=self.group,
+            )
+            self._start_task = asyncio.get_running_loop().create_task(
+                self._session.start(list(self._subscriptions))
+            )
+        try:
+            await asyncio.shield(self._start_task)
+        except BaseException:
+            if self._start_task.done():
+                await self.close(timeout=1.0)
+            raise
+
+    async def __aenter__(self) -> SimpleConsumer:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def close(self, timeout: float = 5.0) -> None:  # noqa: ASYNC109 - bounded close is the API
+        """Stop, let in-flight calls finish (up to `timeout`), tell the server, close channels. Idempotent.
+
+        Buffered but not yet iterated messages are not acked: they become visible again when their
+        invisible duration ends (the server also releases them on NotifyClientTermination)."""
+        self._closed = True
+        self._buffer.clear()
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close(timeout)
+        if self._start_task is not None and not self._start_task.done():
+            self._start_task.cancel()
+
+    async def _ready(self) -> ClientSession:
+        if self._closed:
+            raise ClientClosedError("the consumer is closed")
+        if self._session is None or self._start_task is None or not self._start_task.done():
+            await self.start()
+        session = self._session
+        if session is None or self._closed:
+            raise ClientClosedError("the consumer is closed")
+        return session
+
+    # -- subscriptions -------------------------------------------------------------------------------
+
+    async def subscribe(self, topic: str, expression: str | FilterExpression = "*") -> None:
+        """Add or change a subscription (the route is fetched now, so an unknown topic fails here)."""
+        _check(validation.check_topic, topic)
+        session = await self._ready()
+        await session.route(topic)
+        self._subscriptions[topic] = FilterExpression.of(expression)
+        self._filters.pop(topic, None)
+        self._resync()
+
+    def unsubscribe(self, topic: str) -> None:
+        """Stop receiving from `topic`."""
+        self._subscriptions.pop(topic, None)
+        self._filters.pop(topic, None)
+        self._resync()
+
+    def _resync(self) -> None:
+        session = self._session
+        if session is None:
+            return
+        for endpoint in session.open_sessions():
+            stream = session.telemetry(endpoint)
+            if stream is not None:
+                stream.sync_settings()
+
+    # -- receive -------------------------------------------------------------------------------------
+
+    def _filter(self, topic: str) -> pb.FilterExpression:
+        f = self._filters.get(topic)
+        if f is None:
+            f = convert.filter_expression(self._subscriptions[topic])
+            self._filters[topic] = f
+        return f
+
+    async def _pick(self, session: ClientSession) -> tuple[str, RouteQueue]:
+        topics = list(self._subscriptions)
+        if not topics:
+            raise ValidationError("no subscriptions", code=Code.BAD_REQUEST)
+        for _ in range(len(topics)):
+            topic = topics[self._next_topic % len(topics)]
+            self._next_topic += 1
+            route = await session.route(topic)
+            queues = [q for q in route.queues if q.readable and q.is_master]
+            if queues:
+                i = self._next_queue.get(topic, 0)
+                self._next_queue[topic] = i + 1
+                return topic, queues[i % len(queues)]
+        raise NotFoundError("no readable queue in any subscribed topic", code=Code.FORBIDDEN)
+
+    async def receive(
+        self, max_messages: int = MAX_BATCH, invisible_duration: float | None = None
+    ) -> list[ReceivedMessage]:
+        """Receive up to `max_messages` (1..32) messages, waiting up to `await_duration` for the first.
+
+        Returns an empty list when nothing arrived. Each message is hidden from other consumers for
+        `invisible_duration` seconds (default: the consumer's), then delivered again unless acked."""
+        if not 1 <= max_messages <= MAX_BATCH:
+            raise ValidationError(f"max_messages must be in 1..{MAX_BATCH}", code=Code.BAD_REQUEST)
+        invisible = self.invisible_duration if invisible_duration is None else float(invisible_duration)
+        _check(validation.check_receive_invisible_duration, invisible)
+        session = await self._ready()
+        topic, queue = await self._pick(session)
+        request = spb.ReceiveMessageRequest(
+            group=self._group_pb,
+            message_queue=convert.message_queue_to_pb(queue, self.config.namespace),
+            filter_expression=self._filter(topic),
+            batch_size=max_messages,
+            invisible_duration=convert.duration(invisible),
+            auto_renew=False,
+            long_polling_timeout=convert.duration(self.await_duration),
+        )
+        endpoint = queue.endpoint
+        result = await session.receive(
+            endpoint, request, timeout=self.await_duration + session.settings.request_timeout
+        )
+        if not result.messages:
+            return []
+        good, bad = convert.received_from_pbs(result.messages, endpoint)
+        if bad:
+            self._release_corrupted(session, endpoint, bad)
+        for m in good:
+            m._bind(self)
+        return good
+
+    def _release_corrupted(
+        self, session: ClientSession, endpoint: Endpoint, bad: list[convert.Corrupted]
+    ) -> None:
+        """Never hand a corrupted message over; make it visible again soon (Java nacks it: reference §4.5)."""
+        for c in bad:
+            logger.warning("dropping corrupted message %s of %r: %s", c.message_id, c.topic, c.reason)
+            request = spb.ChangeInvisibleDurationRequest(
+                group=self._group_pb,
+                topic=session.resource(c.topic),
+                receipt_handle=c.receipt_handle,
+                invisible_duration=convert.duration(CORRUPTED_RETRY_DELAY),
+                message_id=c.message_id,
+            )
+            session.spawn(session.call(endpoint, "ChangeInvisibleDuration", request), "thrust-nack-corrupted")
+
+    # -- settle ----------------------------------------------------------------------------------------
+
+    async def ack(self, message: ReceivedMessage) -> None:
+        """Acknowledge `message`: it will not be delivered again.
+
+        Raises `InvalidReceiptHandleError` when its invisible duration already ran out (the message may
+        have been delivered again), or another typed error."""
+        session = await self._ready()
+        endpoint = _endpoint_of(message, session)
+        request = spb.AckMessageRequest(
+            group=self._group_pb,
+            topic=session.resource(message.topic),
+            entries=[
+                spb.AckMessageEntry(message_id=message.message_id, receipt_handle=message.receipt_handle)
+            ],
+        )
+        response = await session.call(endpoint, "AckMessage", request, ok=_ANY_STATUS)
+        _raise_for_entries(response)
+
+    async def ack_many(self, messages: Sequence[ReceivedMessage]) -> list[ThrustError | None]:
+        """Acknowledge many messages with one AckMessage per (broker, topic); never raises for an entry.
+
+        Returns, per message in order, None when acked or the typed error for that message."""
+        if not messages:
+            return []
+        session = await self._ready()
+        groups: dict[tuple[Endpoint, str], list[int]] = {}
+        for i, m in enumerate(messages):
+            groups.setdefault((_endpoint_of(m, session), m.topic), []).append(i)
+        results: list[ThrustError | None] = [None] * len(messages)
+
+        async def one(endpoint: Endpoint, topic: str, indexes: list[int]) -> None:
+            request = spb.AckMessageRequest(
+                group=self._group_pb,
+                topic=session.resource(topic),
+                entries=[
+                    spb.AckMessageEntry(
+                        message_id=messages[i].message_id, receipt_handle=messages[i].receipt_handle
+                    )
+                    for i in indexes
+                ],
+            )
+            try:
+                response = await session.call(endpoint, "AckMessage", request, ok=_ANY_STATUS)
+            except ThrustError as exc:
+                for i in indexes:
+                    results[i] = exc
+                return
+            by_handle = {e.receipt_handle: e.status for e in response.entries}
+            top = response.status
+            for i in indexes:
+                status = by_handle.get(messages[i].receipt_handle, top)
+                if status.code != Code.OK:
+                    results[i] = error_for_status(status.code, status.message)
+
+        await asyncio.gather(*(one(ep, topic, idx) for (ep, topic), idx in groups.items()))
+        return results
+
+    async def change_invisible_duration(self, message: ReceivedMessage, seconds: float) -> None:
+        """Hide `message` for `seconds` from now (0 makes it visible again at once; max 12 h).
+
+        The server answers with a new receipt handle, which replaces `message.receipt_handle`; the old one
+        no longer works (reference §7.7). The next delivery counts as a new attempt."""
+        _check(validation.check_change_invisible_duration, float(seconds))
+        session = await self._ready()
+        endpoint = _endpoint_of(message, session)
+        request = spb.ChangeInvisibleDurationRequest(
+            group=self._group_pb,
+            topic=session.resource(message.topic),
+            receipt_handle=message.receipt_handle,
+            invisible_duration=convert.duration(float(seconds)),
+            message_id=message.message_id,
+        )
+        response = await session.call(endpoint, "ChangeInvisibleDuration", request)
+        if response.receipt_handle:
+            message._replace_receipt_handle(response.receipt_handle)
+
+    # -- iteration -------------------------------------------------------------------------------------
+
+    def __aiter__(self) -> SimpleConsumer:
+        return self
+
+    async def __anext__(self) -> ReceivedMessage:
+        """The next message: from the local buffer, refilled with batched receives (32 at a time)."""
+        buffer = self._buffer
+        while not buffer:
+            if self._closed:
+                raise StopAsyncIteration
+            try:
+                buffer.extend(await self.receive(MAX_BATCH, self.invisible_duration))
+            except ClientClosedError:
+                raise StopAsyncIteration from None
+        return buffer.popleft()
+
+    async def messages(
+        self, *, max_messages: int = MAX_BATCH, invisible_duration: float | None = None
+    ) -> AsyncIterator[ReceivedMessage]:
+        """Iterate with explicit receive options; stops when the consumer is closed.
+
+        Messages received for one batch are handed out in order; stopping early leaves the rest unacked
+        (they become visible again after their invisible duration)."""
+        while not self._closed:
+            try:
+                batch = await self.receive(max_messages, invisible_duration)
+            except ClientClosedError:
+                return
+            for m in batch:
+                yield m
+
+
+_ANY_STATUS: frozenset[int] = frozenset(int(c) for c in Code)
+
+
+def _endpoint_of(message: ReceivedMessage, session: ClientSession) -> Endpoint:
+    if not isinstance(message, ReceivedMessage):
+        raise TypeError(f"expected a ReceivedMessage, got {type(message).__name__}")
+    return message.endpoint or session.access_point
+
+
+def _raise_for_entries(response: Any) -> None:
+    for entry in response.entries:
+        if entry.status.code != Code.OK:
+            raise error_for_status(entry.status.code, entry.status.message)
+    status = response.status
+    if status.code not in (Code.OK, Code.MULTIPLE_RESULTS):
+        raise error_for_status(status.code, status.message)
+
+
+class _ConsumerTelemetry(TelemetryHandler):
+    def __init__(self, consumer: SimpleConsumer) -> None:
+        self._consumer = consumer
+
+    def settings_command(self) -> pb.Settings:
+        c = self._consumer
+        s = pb.Settings()
+        sub = s.subscription
+        sub.group.CopyFrom(c._group_pb)
+        for topic, expr in c._subscriptions.items():
+            sub.subscriptions.append(
+                pb.SubscriptionEntry(
+                    topic=pb.Resource(resource_namespace=c.config.namespace, name=topic),
+                    expression=convert.filter_expression(expr),
+                )
+            )
+        sub.long_polling_timeout.CopyFrom(convert.duration(c.await_duration))
+        return s

@@ -1,0 +1,381 @@
+"""Blocking clients for plain threaded code: `thrust.sync.Producer`, `thrust.sync.SimpleConsumer`.
+
+They run the asyncio clients on **one background event-loop thread owned by the library**, started when
+the first sync client is created and stopped when the last one is closed (a daemon thread, so it never
+blocks interpreter exit). Calls are safe from any number of threads.
+
+- Calling a sync method from inside a running event loop raises `ThrustError` at once: it would block
+  that loop (and deadlock if it were the library's own). Use `thrust.Producer` there.
+- A client created before `os.fork()` cannot be used in the child (its loop thread does not exist
+  there): every call raises `ThrustError`. Create new clients in the child; they start a fresh loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import threading
+from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
+from types import TracebackType
+from typing import Any, TypeVar
+
+from thrust import producer as _producer
+from thrust import simple_consumer as _simple
+from thrust.config import ClientConfig, Credentials, TlsConfig
+from thrust.errors import ClientClosedError, ThrustError
+from thrust.message import FilterExpression, Message, ReceivedMessage, SendReceipt
+
+__all__ = ["Producer", "SimpleConsumer", "Transaction"]
+
+T = TypeVar("T")
+
+
+class _LoopThread:
+    """The library's event loop thread, reference-counted by live sync clients."""
+
+    _lock = threading.Lock()
+    _loop: asyncio.AbstractEventLoop | None = None
+    _thread: threading.Thread | None = None
+    _users = 0
+    _generation = 0  # bumped on fork: clients of an older generation are unusable
+
+    @classmethod
+    def acquire(cls) -> tuple[asyncio.AbstractEventLoop, int]:
+        with cls._lock:
+            if cls._loop is None:
+                loop = asyncio.new_event_loop()
+                ready = threading.Event()
+
+                def run() -> None:
+                    asyncio.set_event_loop(loop)
+                    loop.call_soon(ready.set)
+                    loop.run_forever()
+
+                thread = threading.Thread(target=run, name="thrust-sync-loop", daemon=True)
+                thread.start()
+                ready.wait()
+                cls._loop, cls._thread = loop, thread
+            cls._users += 1
+            return cls._loop, cls._generation
+
+    @classmethod
+    def release(cls, generation: int) -> None:
+        with cls._lock:
+            if generation != cls._generation or cls._loop is None:
+                return
+            cls._users -= 1
+            if cls._users > 0:
+                return
+            loop, thread = cls._loop, cls._thread
+            cls._loop = cls._thread = None
+        assert thread is not None
+        try:
+            asyncio.run_coroutine_threadsafe(_cancel_all(), loop).result(timeout=5.0)
+        except (concurrent.futures.TimeoutError, RuntimeError):
+            pass
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=5.0)
+        if not thread.is_alive():
+            loop.close()
+
+    @classmethod
+    def _after_fork_in_child(cls) -> None:
+        # The loop thread does not exist in the child; forget it (without closing it: its selector is
+        # shared with the parent) so that new clients start a fresh one.
+        cls._lock = threading.Lock()
+        cls._loop = None
+        cls._thread = None
+        cls._users = 0
+        cls._generation += 1
+
+
+os.register_at_fork(after_in_child=_LoopThread._after_fork_in_child)
+
+
+async def _cancel_all() -> None:
+    current = asyncio.current_task()
+    tasks = [t for t in asyncio.all_tasks() if t is not current]
+    for t in tasks:
+        t.cancel()
+    if tasks:
+        await asyncio.wait(tasks, timeout=2.0)
+
+
+class _Runner:
+    """Runs coroutines of one sync client on the library loop."""
+
+    __slots__ = ("_closed", "_generation", "_loop", "_pid")
+
+    def __init__(self) -> None:
+        _refuse_inside_loop()
+        self._loop, self._generation = _LoopThread.acquire()
+        self._pid = os.getpid()
+        self._closed = False
+
+    def check(self) -> None:
+        if os.getpid() != self._pid or self._generation != _LoopThread._generation:
+            raise ThrustError(
+                "this thrust client was created before os.fork() and cannot be used in the child process; "
+                "create a new client after the fork"
+            )
+        _refuse_inside_loop()
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        try:
+            self.check()
+            if self._closed:
+                raise ClientClosedError("the client is closed")
+        except BaseException:
+            coro.close()
+            raise
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        future = self.submit(coro)
+        try:
+            return future.result()
+        except BaseException:
+            # Ctrl-C (or any interruption) while waiting: do not leave the call running.
+            future.cancel()
+            raise
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if os.getpid() == self._pid:
+            _LoopThread.release(self._generation)
+
+
+def _refuse_inside_loop() -> None:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise ThrustError(
+        "a thrust.sync client was called from inside a running event loop, which would block it; "
+        "use the asyncio clients (thrust.Producer, thrust.SimpleConsumer) there"
+    )
+
+
+class Producer:
+    """Blocking `thrust.Producer`; the same keyword options (see `thrust.Producer`).
+
+    ```
+    with thrust.sync.Producer(endpoints="127.0.0.1:8081", topics=["t"]) as p:
+        receipt = p.send(thrust.Message(topic="t", body=b"hi"))
+    ```
+    """
+
+    def __init__(
+        self,
+        config: ClientConfig | None = None,
+        *,
+        endpoints: str | Iterable[str] | None = None,
+        namespace: str | None = None,
+        credentials: Credentials | None = None,
+        tls: TlsConfig | bool | None = None,
+        request_timeout: float | None = None,
+        topics: Iterable[str] = (),
+        max_attempts: int = 3,
+        max_in_flight: int = 128,
+        transaction_checker: _producer.TransactionChecker | None = None,
+        transaction_recovery: float | None = None,
+    ) -> None:
+        self._async = _producer.Producer(
+            config,
+            endpoints=endpoints,
+            namespace=namespace,
+            credentials=credentials,
+            tls=tls,
+            request_timeout=request_timeout,
+            topics=topics,
+            max_attempts=max_attempts,
+            max_in_flight=max_in_flight,
+            transaction_checker=transaction_checker,
+            transaction_recovery=transaction_recovery,
+        )
+        self._runner = _Runner()
+        try:
+            self._runner.run(self._async.start())
+        except BaseException:
+            self._runner.close()
+            raise
+
+    @property
+    def aio(self) -> _producer.Producer:
+        """The asyncio producer underneath (runs on the library loop thread)."""
+        return self._async
+
+    def send(self, message: Message) -> SendReceipt:
+        """Send one message and block until its receipt arrives."""
+        return self._runner.run(self._async.send(message))
+
+    def send_async(self, message: Message) -> concurrent.futures.Future[SendReceipt]:
+        """Start sending; returns a `concurrent.futures.Future` of the receipt (pipelining)."""
+        return self._runner.submit(self._async.send(message))
+
+    def send_batch(self, messages: Sequence[Message]) -> list[SendReceipt]:
+        """Send several messages of one topic in one call (see `thrust.Producer.send_batch`)."""
+        return self._runner.run(self._async.send_batch(messages))
+
+    def recall(self, topic: str, recall_handle: str) -> str:
+        """Recall a delay message before delivery; returns its message id."""
+        return self._runner.run(self._async.recall(topic, recall_handle))
+
+    def transaction(self) -> Transaction:
+        """A blocking transaction (`with producer.transaction() as tx: tx.send(msg)`)."""
+        return Transaction(self._runner, self._async.transaction())
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Close the producer (bounded by `timeout`); idempotent. The last sync client stops the loop."""
+        if self._runner._closed:
+            return
+        try:
+            self._runner.check()
+            self._runner.run(self._async.close(timeout))
+        finally:
+            self._runner.close()
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class Transaction:
+    """Blocking view of `thrust.producer.Transaction`: commit on a clean exit, roll back on an exception."""
+
+    def __init__(self, runner: _Runner, tx: _producer.Transaction) -> None:
+        self._runner = runner
+        self._tx = tx
+
+    def send(self, message: Message) -> SendReceipt:
+        """Send a half message (invisible until commit)."""
+        return self._runner.run(self._tx.send(message))
+
+    def commit(self) -> None:
+        """Commit every message of the transaction."""
+        self._runner.run(self._tx.commit())
+
+    def rollback(self) -> None:
+        """Roll back every message of the transaction."""
+        self._runner.run(self._tx.rollback())
+
+    def __enter__(self) -> Transaction:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._runner.run(self._tx.__aexit__(exc_type, exc, tb))
+
+
+class SimpleConsumer:
+    """Blocking `thrust.SimpleConsumer`; the same keyword options.
+
+    ```
+    with thrust.sync.SimpleConsumer(endpoints=..., group="g", subscriptions={"t": "*"}) as c:
+        for msg in c.receive(max_messages=32, invisible_duration=30):
+            c.ack(msg)
+    ```
+    Iterating (`for msg in c`) blocks until messages arrive and ends when the consumer is closed.
+    """
+
+    def __init__(
+        self,
+        config: ClientConfig | None = None,
+        *,
+        endpoints: str | Iterable[str] | None = None,
+        namespace: str | None = None,
+        credentials: Credentials | None = None,
+        tls: TlsConfig | bool | None = None,
+        request_timeout: float | None = None,
+        group: str,
+        subscriptions: Mapping[str, str | FilterExpression],
+        await_duration: float = 20.0,
+        invisible_duration: float = 30.0,
+    ) -> None:
+        self._async = _simple.SimpleConsumer(
+            config,
+            endpoints=endpoints,
+            namespace=namespace,
+            credentials=credentials,
+            tls=tls,
+            request_timeout=request_timeout,
+            group=group,
+            subscriptions=subscriptions,
+            await_duration=await_duration,
+            invisible_duration=invisible_duration,
+        )
+        self._runner = _Runner()
+        try:
+            self._runner.run(self._async.start())
+        except BaseException:
+            self._runner.close()
+            raise
+
+    @property
+    def aio(self) -> _simple.SimpleConsumer:
+        """The asyncio consumer underneath (runs on the library loop thread)."""
+        return self._async
+
+    def receive(
+        self, max_messages: int = 32, invisible_duration: float | None = None
+    ) -> list[ReceivedMessage]:
+        """Receive up to `max_messages`; an empty list when none arrived within `await_duration`."""
+        return self._runner.run(self._async.receive(max_messages, invisible_duration))
+
+    def ack(self, message: ReceivedMessage) -> None:
+        """Acknowledge one message (raises `InvalidReceiptHandleError` when its handle expired)."""
+        self._runner.run(self._async.ack(message))
+
+    def ack_many(self, messages: Sequence[ReceivedMessage]) -> list[ThrustError | None]:
+        """Acknowledge many messages in batched calls; per message None or its error."""
+        return self._runner.run(self._async.ack_many(messages))
+
+    def change_invisible_duration(self, message: ReceivedMessage, seconds: float) -> None:
+        """Hide `message` for `seconds` from now; its receipt handle is replaced by the new one."""
+        self._runner.run(self._async.change_invisible_duration(message, seconds))
+
+    def subscribe(self, topic: str, expression: str | FilterExpression = "*") -> None:
+        """Add or change a subscription."""
+        self._runner.run(self._async.subscribe(topic, expression))
+
+    def unsubscribe(self, topic: str) -> None:
+        """Remove a subscription."""
+        self._runner.run(_call(self._async.unsubscribe, topic))
+
+    def __iter__(self) -> Iterator[ReceivedMessage]:
+        while not self._runner._closed:
+            try:
+                batch = self.receive(32)
+            except ClientClosedError:
+                return
+            yield from batch
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Close the consumer (bounded by `timeout`); idempotent."""
+        if self._runner._closed:
+            return
+        try:
+            self._runner.check()
+            self._runner.run(self._async.close(timeout))
+        finally:
+            self._runner.close()
+
+    def __enter__(self) -> SimpleConsumer:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+async def _call(fn: Any, *args: Any) -> Any:
+    return fn(*args)
