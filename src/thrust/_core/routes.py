@@ -1,0 +1,276 @@
+"""Topic routes: the cache, endpoint isolation, and queue / endpoint selection.
+
+The codec turns a `QueryRouteResponse` into `RouteQueue`s; `RouteCache.update` stores them per topic and says
+which endpoints appeared or disappeared across all routes (sessions: heartbeats and telemetry are per
+endpoint, reference §4.2-4.3). Routes are refreshed every 30 s (reference §4.3).
+
+Producer: `QueueSelector.candidates` returns, for one send, the queues to use for attempt 1, 2, ... (the
+attempt number n uses `candidates[(n - 1) % len(candidates)]`), Java `PublishingLoadBalancer` style: round
+robin over writable queues, a different broker on each attempt when there is one, isolated endpoints last.
+FIFO messages hash their message group to one queue and stay on it across retries, so order holds.
+
+Consumer: `AssignmentEndpointSelector.pick` says where to send QueryAssignment (reference §4.4).
+
+Isolation: an endpoint is isolated after a transport failure (the io layer calls `isolate`) and un-isolated
+by any successful call to it (`on_success`, heartbeats included) or after `cooldown` seconds.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+from thrust._core.assignment import QueueId
+from thrust._core.endpoints import Endpoint
+
+__all__ = [
+    "AssignmentEndpointSelector",
+    "Isolation",
+    "Permission",
+    "QueueSelector",
+    "RouteCache",
+    "RouteQueue",
+    "RouteUpdate",
+    "TopicRoute",
+]
+
+MASTER_BROKER_ID = 0
+
+
+class Permission(IntEnum):
+    """`apache.rocketmq.v2.Permission` (reference §1.4)."""
+
+    UNSPECIFIED = 0
+    NONE = 1
+    READ = 2
+    WRITE = 3
+    READ_WRITE = 4
+
+
+@dataclass(frozen=True, slots=True)
+class RouteQueue:
+    """One `MessageQueue` of a route, with its broker flattened in.
+
+    `accept_types` holds `MessageType` values; empty means the server did not restrict them.
+    """
+
+    topic: str
+    broker_name: str
+    queue_id: int
+    permission: Permission
+    endpoint: Endpoint
+    broker_id: int = MASTER_BROKER_ID
+    accept_types: frozenset[int] = frozenset()
+
+    @property
+    def readable(self) -> bool:
+        return self.permission in (Permission.READ, Permission.READ_WRITE)
+
+    @property
+    def writable(self) -> bool:
+        return self.permission in (Permission.WRITE, Permission.READ_WRITE)
+
+    @property
+    def is_master(self) -> bool:
+        return self.broker_id == MASTER_BROKER_ID
+
+    @property
+    def id(self) -> QueueId:
+        return QueueId(self.topic, self.broker_name, self.queue_id)
+
+    def accepts(self, message_type: int) -> bool:
+        """Whether a message of `message_type` may be sent here (Java validateMessageType)."""
+        return not self.accept_types or message_type in self.accept_types
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRoute:
+    """A topic's queues as fetched at `fetched_at` (monotonic), with derived views computed once."""
+
+    topic: str
+    queues: tuple[RouteQueue, ...]
+    fetched_at: float
+    writable: tuple[RouteQueue, ...] = field(init=False, repr=False, compare=False)
+    endpoints: frozenset[Endpoint] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "writable", tuple(q for q in self.queues if q.writable))
+        object.__setattr__(self, "endpoints", frozenset(q.endpoint for q in self.queues))
+
+
+@dataclass(frozen=True, slots=True)
+class RouteUpdate:
+    """Result of storing a route: the route and how the set of all known endpoints changed."""
+
+    route: TopicRoute
+    added_endpoints: frozenset[Endpoint]
+    removed_endpoints: frozenset[Endpoint]
+
+
+class RouteCache:
+    """Routes per topic with staleness. Called by the client's route refresher and by senders/consumers."""
+
+    __slots__ = ("_endpoints", "_routes", "refresh_period")
+
+    def __init__(self, refresh_period: float = 30.0) -> None:
+        self.refresh_period = refresh_period  # Java/Python updateRouteCache period (reference §4.3, §8)
+        self._routes: dict[str, TopicRoute] = {}
+        self._endpoints: frozenset[Endpoint] = frozenset()
+
+    def update(self, topic: str, queues: Iterable[RouteQueue], now: float) -> RouteUpdate:
+        """Store the route just fetched for `topic`. Open sessions for `added_endpoints`; the io layer may
+        close the sessions of `removed_endpoints` (no route uses them any more)."""
+        route = TopicRoute(topic, tuple(q for q in queues if q.topic == topic), now)
+        self._routes[topic] = route
+        return self._recompute(route)
+
+    def remove(self, topic: str) -> frozenset[Endpoint]:
+        """Forget a topic (e.g. unsubscribed); returns the endpoints no route uses any more."""
+        if self._routes.pop(topic, None) is None:
+            return frozenset()
+        before = self._endpoints
+        self._endpoints = frozenset().union(*(r.endpoints for r in self._routes.values()))
+        return before - self._endpoints
+
+    def get(self, topic: str) -> TopicRoute | None:
+        return self._routes.get(topic)
+
+    def stale(self, topic: str, now: float) -> bool:
+        """No route yet, or it is at least `refresh_period` old."""
+        route = self._routes.get(topic)
+        return route is None or now - route.fetched_at >= self.refresh_period
+
+    def due(self, now: float) -> list[str]:
+        """Topics whose route should be re-fetched now."""
+        return [t for t, r in self._routes.items() if now - r.fetched_at >= self.refresh_period]
+
+    def next_refresh_at(self) -> float | None:
+        """When the next route becomes stale; None if no route is cached."""
+        if not self._routes:
+            return None
+        return min(r.fetched_at for r in self._routes.values()) + self.refresh_period
+
+    def endpoints(self) -> frozenset[Endpoint]:
+        """Every endpoint in any cached route: heartbeat and telemetry targets."""
+        return self._endpoints
+
+    def topics(self) -> list[str]:
+        return list(self._routes)
+
+    def _recompute(self, route: TopicRoute) -> RouteUpdate:
+        before = self._endpoints
+        self._endpoints = frozenset().union(*(r.endpoints for r in self._routes.values()))
+        return RouteUpdate(route, self._endpoints - before, before - self._endpoints)
+
+
+class Isolation:
+    """Endpoints recently failed at the transport level; producers send elsewhere while one is isolated."""
+
+    __slots__ = ("_until", "cooldown")
+
+    def __init__(self, cooldown: float = 30.0) -> None:
+        self.cooldown = cooldown
+        self._until: dict[Endpoint, float] = {}
+
+    def isolate(self, endpoint: Endpoint, now: float) -> None:
+        """A call to `endpoint` failed at the transport level (unavailable, deadline)."""
+        self._until[endpoint] = now + self.cooldown
+
+    def on_success(self, endpoint: Endpoint) -> None:
+        """Any call to `endpoint` succeeded: it is healthy again."""
+        self._until.pop(endpoint, None)
+
+    def is_isolated(self, endpoint: Endpoint, now: float) -> bool:
+        until = self._until.get(endpoint)
+        if until is None:
+            return False
+        if now >= until:
+            del self._until[endpoint]
+            return False
+        return True
+
+    def isolated(self, now: float) -> frozenset[Endpoint]:
+        """Currently isolated endpoints (e.g. for the heartbeat to probe)."""
+        for ep in [ep for ep, until in self._until.items() if now >= until]:
+            del self._until[ep]
+        return frozenset(self._until)
+
+
+class QueueSelector:
+    """Producer queue selection for one producer: round robin per topic, FIFO by message-group hash."""
+
+    __slots__ = ("_next",)
+
+    def __init__(self) -> None:
+        self._next: dict[str, int] = {}
+
+    def candidates(
+        self,
+        route: TopicRoute,
+        max_attempts: int,
+        isolation: Isolation | None = None,
+        now: float = 0.0,
+        message_group: str | None = None,
+    ) -> tuple[RouteQueue, ...]:
+        """Queues for attempts 1..n of one send (attempt n uses `result[(n - 1) % len(result)]`).
+
+        Empty when the topic has no writable queue (the producer fails the send). With `message_group`, the
+        one queue `crc32(group) % len(writable)`: every attempt goes there, so messages of a group stay in
+        order (isolation is not consulted: moving a group would break its order). Otherwise, starting at this
+        topic's round-robin position: first queues on healthy endpoints of brokers not yet chosen, then other
+        healthy queues, then isolated ones, so each retry moves to another broker when one exists.
+        """
+        writable = route.writable
+        if not writable:
+            return ()
+        if message_group is not None:
+            return (writable[zlib.crc32(message_group.encode()) % len(writable)],)
+        size = len(writable)
+        start = self._next.get(route.topic, 0)
+        self._next[route.topic] = (start + 1) % size
+        ordered = [writable[(start + i) % size] for i in range(size)]
+        want = max(1, min(max_attempts, size))
+        picked: list[RouteQueue] = []
+        brokers: set[str] = set()
+        healthy = [q for q in ordered if isolation is None or not isolation.is_isolated(q.endpoint, now)]
+        for q in healthy:
+            if q.broker_name not in brokers:
+                picked.append(q)
+                brokers.add(q.broker_name)
+                if len(picked) == want:
+                    return tuple(picked)
+        for pool in (healthy, ordered):
+            for q in pool:
+                if q not in picked:
+                    picked.append(q)
+                    if len(picked) == want:
+                        return tuple(picked)
+        return tuple(picked)
+
+
+class AssignmentEndpointSelector:
+    """Where a push consumer sends QueryAssignment for a topic (Java `pickEndpointsToQueryAssignments`)."""
+
+    __slots__ = ("_next",)
+
+    def __init__(self) -> None:
+        self._next: dict[str, int] = {}
+
+    def pick(self, route: TopicRoute, access_point: Endpoint | None = None) -> Endpoint | None:
+        """The access point when the route contains it; else round robin over master queues whose permission
+        is not NONE (reference §4.4). None when the route has no such queue (try again next scan)."""
+        if access_point is not None and access_point in route.endpoints:
+            return access_point
+        queues: Sequence[RouteQueue] = route.queues
+        size = len(queues)
+        if not size:
+            return None
+        start = self._next.get(route.topic, 0)
+        for i in range(size):
+            q = queues[(start + i) % size]
+            if q.is_master and q.permission not in (Permission.NONE, Permission.UNSPECIFIED):
+                self._next[route.topic] = (start + i + 1) % size
+                return q.endpoint
+        return None

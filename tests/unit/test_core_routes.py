@@ -1,0 +1,131 @@
+from __future__ import annotations
+
+import zlib
+from collections import Counter
+
+from thrust._core.assignment import QueueId
+from thrust._core.endpoints import parse_endpoint
+from thrust._core.routes import (
+    AssignmentEndpointSelector,
+    Isolation,
+    Permission,
+    QueueSelector,
+    RouteCache,
+    RouteQueue,
+    TopicRoute,
+)
+
+EA = parse_endpoint("10.0.0.1:8081")
+EB = parse_endpoint("10.0.0.2:8081")
+EC = parse_endpoint("10.0.0.3:8081")
+ACCESS = parse_endpoint("proxy.local:8081")
+RW = Permission.READ_WRITE
+
+
+def q(
+    broker: str, qid: int, ep: object, perm: Permission = RW, topic: str = "t", broker_id: int = 0
+) -> RouteQueue:
+    return RouteQueue(topic, broker, qid, perm, ep, broker_id)  # type: ignore[arg-type]
+
+
+def route(*queues: RouteQueue, topic: str = "t") -> TopicRoute:
+    return TopicRoute(topic, queues, 0.0)
+
+
+def test_route_queue_properties() -> None:
+    rq = RouteQueue("t", "b", 3, Permission.READ, EA, 1, frozenset({1}))
+    assert rq.readable and not rq.writable and not rq.is_master
+    assert rq.id == QueueId("t", "b", 3)
+    assert rq.accepts(1) and not rq.accepts(2)
+    assert q("b", 0, EA).accepts(4)
+    assert route(q("a", 0, EA), q("a", 1, EA, Permission.READ)).writable == (q("a", 0, EA),)
+
+
+def test_cache_staleness_and_endpoint_changes() -> None:
+    cache = RouteCache(refresh_period=30.0)
+    u = cache.update("t", [q("a", 0, EA), q("b", 0, EB), q("x", 0, EC, topic="other")], now=0.0)
+    assert u.added_endpoints == {EA, EB} and u.removed_endpoints == set()
+    assert len(u.route.queues) == 2  # a queue of another topic is not part of this route
+    u = cache.update("u", [q("a", 0, EA, topic="u")], now=10.0)
+    assert u.added_endpoints == set()
+    assert cache.endpoints() == {EA, EB}
+    assert not cache.stale("t", 29.9) and cache.stale("t", 30.0) and cache.stale("nope", 0.0)
+    assert cache.due(35.0) == ["t"]
+    assert cache.next_refresh_at() == 30.0
+    u = cache.update("t", [q("c", 0, EC)], now=35.0)
+    assert u.added_endpoints == {EC} and u.removed_endpoints == {EB}  # EA still used by "u"
+    assert cache.remove("u") == {EA}
+    assert cache.remove("u") == frozenset()
+    assert cache.endpoints() == {EC}
+    assert cache.get("t") is not None and cache.topics() == ["t"]
+
+
+def test_round_robin_over_writable_queues() -> None:
+    r = route(q("a", 0, EA), q("a", 1, EA, Permission.READ), q("b", 0, EB), q("b", 1, EB))
+    sel = QueueSelector()
+    firsts = [sel.candidates(r, 1)[0] for _ in range(6)]
+    assert [(x.broker_name, x.queue_id) for x in firsts] == [("a", 0), ("b", 0), ("b", 1)] * 2
+
+
+def test_retry_moves_to_another_broker() -> None:
+    r = route(q("a", 0, EA), q("a", 1, EA), q("b", 0, EB), q("c", 0, EC))
+    cands = QueueSelector().candidates(r, max_attempts=3)
+    assert [c.broker_name for c in cands] == ["a", "b", "c"]
+    cands = QueueSelector().candidates(route(q("a", 0, EA), q("a", 1, EA)), max_attempts=3)
+    assert [(c.broker_name, c.queue_id) for c in cands] == [("a", 0), ("a", 1)]  # another queue at least
+
+
+def test_isolated_endpoints_skipped_then_restored() -> None:
+    r = route(q("a", 0, EA), q("b", 0, EB))
+    iso = Isolation(cooldown=10.0)
+    iso.isolate(EA, now=0.0)
+    sel = QueueSelector()
+    for _ in range(4):
+        assert sel.candidates(r, 1, iso, now=1.0)[0].endpoint == EB
+    assert [c.endpoint for c in sel.candidates(r, 2, iso, now=1.0)] == [EB, EA]  # isolated ones last
+    assert iso.isolated(1.0) == {EA}
+    iso.on_success(EA)
+    assert not iso.is_isolated(EA, 1.0)
+    iso.isolate(EB, now=2.0)
+    assert iso.is_isolated(EB, 11.9) and not iso.is_isolated(EB, 12.0)  # cooldown
+    iso.isolate(EA, 0.0)
+    iso.isolate(EB, 0.0)
+    assert len(sel.candidates(r, 1, iso, now=1.0)) == 1  # all isolated: still send somewhere
+    assert iso.isolated(100.0) == frozenset()
+
+
+def test_fifo_sticks_to_hashed_queue() -> None:
+    r = route(q("a", 0, EA), q("a", 1, EA), q("b", 0, EB))
+    sel = QueueSelector()
+    iso = Isolation()
+    iso.isolate(EA, 0.0)
+    for group in ("g1", "order-42", "ü"):
+        expected = r.writable[zlib.crc32(group.encode()) % 3]
+        for _ in range(3):
+            assert sel.candidates(r, 3, iso, 0.0, message_group=group) == (expected,)
+    spread = Counter(sel.candidates(r, 1, message_group=f"g{i}")[0].id for i in range(300))
+    assert len(spread) == 3
+
+
+def test_no_writable_queue() -> None:
+    assert QueueSelector().candidates(route(q("a", 0, EA, Permission.READ)), 3) == ()
+    assert QueueSelector().candidates(route(), 3, message_group="g") == ()
+
+
+def test_assignment_endpoint_prefers_access_point() -> None:
+    r = route(q("a", 0, ACCESS), q("b", 0, EB))
+    assert AssignmentEndpointSelector().pick(r, ACCESS) == ACCESS
+
+
+def test_assignment_endpoint_round_robin_over_masters() -> None:
+    r = route(
+        q("a", 0, EA),
+        q("s", 0, EC, broker_id=1),  # slave: never
+        q("n", 0, EC, Permission.NONE),  # no permission: never
+        q("b", 0, EB, Permission.READ),
+    )
+    sel = AssignmentEndpointSelector()
+    picks = [sel.pick(r, ACCESS) for _ in range(4)]
+    assert picks == [EA, EB, EA, EB]
+    assert sel.pick(route(q("n", 0, EC, Permission.NONE))) is None
+    assert sel.pick(route()) is None
