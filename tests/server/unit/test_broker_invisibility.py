@@ -132,6 +132,8 @@ def test_malformed_handles_only_raise_invalid_receipt_handle() -> None:
         " ".join([*fields[:6], "7", *fields[7:]]),
         " ".join([*fields[:3], "zz", *fields[4:]]),
         " ".join([*fields[:3], "9" * 5000, *fields[4:]]),
+        " ".join([fields[0], "f" * 400, *fields[2:]]),  # pop time beyond float range
+        " ".join([*fields[:2], "f" * 400, *fields[3:]]),
         " ".join([*fields[:3], "ffff", *fields[4:]]),  # queue that does not exist
         " ".join([*fields[:4], "ffff", *fields[5:]]),  # offset that does not exist
         "\x00\udcff",

@@ -1195,8 +1195,11 @@ class Broker:
             payload = handle[: handle.rfind(" ")]
             if not hmac.compare_digest(self._sign(payload), parts[8]):
                 raise _invalid_handle("signature mismatch")
+        numbers = parts[1:6]
+        if any(not 0 < len(p) <= 16 for p in numbers):  # at most 64-bit values (and no float overflow)
+            raise _invalid_handle("malformed")
         try:
-            pop_ms, invisible_ms, queue_id, offset, nonce = [int(p, 16) for p in parts[1:6]]
+            pop_ms, invisible_ms, queue_id, offset, nonce = [int(p, 16) for p in numbers]
         except ValueError:
             raise _invalid_handle("malformed") from None
         if min(pop_ms, invisible_ms, queue_id, offset, nonce) < 0 or parts[6] not in ("0", "1"):
