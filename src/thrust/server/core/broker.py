@@ -761,7 +761,11 @@ class Broker:
         return max(lags) if lags else self._lag(ts, None)
 
     def inflight(self, group: str, topic: str) -> int:
-        """Messages of `topic` delivered to `group`, not acked, and still invisible."""
+        """Messages of `topic` delivered to `group`, not acked, and still invisible.
+
+        Like `backlog`, this reads the state as of the last call that advanced time (any request or
+        `tick`); call `tick(now)` first for an exact figure at `now`.
+        """
         sub = self._subs.get((group, topic))
         return 0 if sub is None else sub.n_inflight
 
