@@ -47,7 +47,8 @@ class FifoSequencer(Generic[T]):
     `add(items)` appends items in arrival order and returns those that may start now; `done(item)` is
     called once the item is settled (acked, or dead-lettered) and returns the next item of its chain, if
     any. A failed item that will be retried stays at the head of its chain: the caller simply runs it again
-    later and calls `done` only when it is finally settled. `drop()` forgets everything (queue dropped).
+    later and calls `done` only when it is finally settled. `drop()` forgets everything (queue dropped) and
+    hands back the waiting items.
     """
 
     __slots__ = ("_chains", "_group_of", "_parallel", "_running")
@@ -91,9 +92,12 @@ class FifoSequencer(Generic[T]):
         self._running[nxt] = key
         return nxt
 
-    def drop(self) -> None:
+    def drop(self) -> list[T]:
+        """Forget every chain; returns the items that were waiting (never started), in chain order."""
+        waiting = [item for chain in self._chains.values() for item in chain]
         self._chains.clear()
         self._running.clear()
+        return waiting
 
     @property
     def running(self) -> int:
