@@ -1,4 +1,4 @@
-"""Server-initiated Telemetry commands: transaction checks, stack traces, verify, reconnect (reference 1.2)."""
+"""Server-initiated Telemetry commands: transaction checks, stack traces, verify, reconnect."""
 
 from __future__ import annotations
 
