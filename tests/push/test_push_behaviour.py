@@ -1,0 +1,280 @@
+"""Push consumer behaviour against the embedded server: FIFO order, dead-lettering, nack backoff, flow
+control, shutdown under load, several topics, async listeners."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+from tests.push._util import ready, run, send_all, until
+from thrust._core.ack import AckBatch
+from thrust.message import ConsumeResult, Message, ReceivedMessage
+from thrust.producer import Producer
+from thrust.push_consumer import PushConsumer
+from thrust.server.app import GroupSpec
+from thrust.server.core.model import RetryPolicy
+from thrust.testing import embedded_server
+
+
+def _fifo_order(parallel: bool) -> None:
+    async def main() -> None:
+        group = GroupSpec("gf", fifo=True, retry=RetryPolicy(max_attempts=5, customized=(0.05, 0.1)))
+        async with embedded_server(topics=["f:2:FIFO"], groups=[group]) as srv:
+            ep = srv.endpoints[0]
+            seen: list[tuple[str, int, int]] = []
+            failed_once: set[str] = set()
+            lock = threading.Lock()
+
+            def listener(m: ReceivedMessage) -> ConsumeResult:
+                n = int(m.body)
+                with lock:
+                    seen.append((m.message_group or "", n, m.delivery_attempt))
+                    if n % 7 == 3 and m.message_id not in failed_once:
+                        failed_once.add(m.message_id)
+                        return ConsumeResult.FAILURE
+                return ConsumeResult.SUCCESS
+
+            consumer = PushConsumer(
+                endpoints=ep,
+                group="gf",
+                subscriptions={"f": "*"},
+                listener=listener,
+                fifo_parallel_groups=parallel,
+                consumption_thread_count=4,
+            )
+            async with Producer(endpoints=ep, topics=["f"]) as producer, consumer:
+                await ready(consumer, queues=2)
+                for n in range(20):  # in order within each group
+                    await asyncio.gather(
+                        *(
+                            producer.send(Message(topic="f", body=b"%d" % n, message_group=f"g{g}"))
+                            for g in range(4)
+                        )
+                    )
+                await until(lambda: consumer.stats().acked == 80, timeout=20)
+                s = consumer.stats()
+            assert s.consume_failures == len(failed_once) > 0
+            assert s.nacked == 0  # FIFO failures are retried locally, never nacked
+            for g in range(4):
+                order = [n for grp, n, _ in seen if grp == f"g{g}"]
+                # Exactly in send order, the failed message repeated right away (before the next one).
+                expected: list[int] = []
+                for n in range(20):
+                    expected.extend([n, n] if n % 7 == 3 else [n])
+                assert order == expected, (g, order)
+
+    run(main())
+
+
+def test_fifo_messages_are_consumed_in_order_one_after_another() -> None:
+    _fifo_order(parallel=False)
+
+
+def test_fifo_message_groups_in_parallel_keep_order_within_each_group() -> None:
+    _fifo_order(parallel=True)
+
+
+def test_fifo_dead_letters_after_max_attempts_with_local_retries() -> None:
+    async def main() -> None:
+        group = GroupSpec("gd", fifo=True, retry=RetryPolicy(max_attempts=3, customized=(0.05, 0.1)))
+        async with embedded_server(topics=["f:1:FIFO"], groups=[group]) as srv:
+            ep = srv.endpoints[0]
+            calls: list[tuple[bytes, int, float]] = []
+
+            def listener(m: ReceivedMessage) -> ConsumeResult:
+                calls.append((m.body, m.delivery_attempt, time.monotonic()))
+                if m.body == b"poison":
+                    raise RuntimeError("cannot handle this one")
+                return ConsumeResult.SUCCESS
+
+            consumer = PushConsumer(endpoints=ep, group="gd", subscriptions={"f": "*"}, listener=listener)
+            async with Producer(endpoints=ep, topics=["f"]) as producer, consumer:
+                await ready(consumer)
+                for body in (b"before", b"poison", b"after"):
+                    await producer.send(Message(topic="f", body=body, message_group="k"))
+                await until(lambda: consumer.stats().dead_lettered == 1 and consumer.stats().acked == 2)
+            bodies = [b for b, _, _ in calls]
+            assert bodies == [b"before", b"poison", b"poison", b"poison", b"after"]
+            poison = [(a, t) for b, a, t in calls if b == b"poison"]
+            # Local retries on timers with the server's sub-second backoff; the attempt counts up from the
+            # server's delivery_attempt.
+            assert [a for a, _ in poison] == [1, 1, 1]
+            assert poison[1][1] - poison[0][1] >= 0.05
+            assert poison[2][1] - poison[1][1] >= 0.1
+            assert srv.stats.calls["ForwardMessageToDeadLetterQueue"] == 1
+            assert srv.stats.calls["ChangeInvisibleDuration"] == 0
+
+    run(main())
+
+
+def test_failure_nacks_with_the_servers_backoff_for_that_attempt() -> None:
+    async def main() -> None:
+        group = GroupSpec("gn", retry=RetryPolicy(max_attempts=5, customized=(0.25, 0.5)))
+        async with embedded_server(topics=["t:1"], groups=[group]) as srv:
+            ep = srv.endpoints[0]
+            attempts: list[int] = []
+
+            def listener(m: ReceivedMessage) -> ConsumeResult:
+                attempts.append(m.delivery_attempt)
+                if m.delivery_attempt == 1:
+                    return ConsumeResult.FAILURE
+                if m.delivery_attempt == 2:
+                    raise ValueError("an exception counts as FAILURE")
+                return ConsumeResult.SUCCESS
+
+            consumer = PushConsumer(endpoints=ep, group="gn", subscriptions={"t": "*"}, listener=listener)
+            delays: list[float] = []
+            send_nack = consumer._send_nack
+
+            async def spy(batch: AckBatch) -> object:
+                delays.append(batch.entries[0].token.value)  # type: ignore[attr-defined]
+                return await send_nack(batch)
+
+            consumer._send_nack = spy  # type: ignore[method-assign,assignment]
+            async with Producer(endpoints=ep, topics=["t"]) as producer, consumer:
+                await ready(consumer)
+                await producer.send(Message(topic="t", body=b"x"))
+                await until(lambda: consumer.stats().acked == 1)
+                s = consumer.stats()
+            assert attempts == [1, 2, 3]
+            assert delays == [0.25, 0.5]  # sub-second, by delivery attempt, never rounded to seconds
+            assert s.nacked == 2 and s.consume_failures == 2
+            assert srv.stats.calls["ChangeInvisibleDuration"] == 2
+
+    run(main())
+
+
+def test_flow_control_bounds_the_cache_under_a_slow_listener_without_polling() -> None:
+    async def main() -> None:
+        async with embedded_server(topics=["t:1"], groups=["g"]) as srv:
+            ep = srv.endpoints[0]
+            gate = threading.Event()
+            limit = 8 * 1024
+            body = b"b" * 1024
+
+            consumer = PushConsumer(
+                endpoints=ep,
+                group="g",
+                subscriptions={"t": "*"},
+                listener=lambda m: gate.wait(20) and ConsumeResult.SUCCESS,
+                consumption_thread_count=1,
+                max_cache_message_bytes=limit,
+                receives_per_queue=4,
+            )
+            peak = {"bytes": 0, "count": 0}
+
+            async def sample() -> None:
+                while True:
+                    s = consumer.stats()
+                    peak["bytes"] = max(peak["bytes"], s.cached_bytes)
+                    peak["count"] = max(peak["count"], s.cached_messages)
+                    await asyncio.sleep(0.002)
+
+            async with Producer(endpoints=ep, topics=["t"]) as producer, consumer:
+                await ready(consumer)
+                sampler = asyncio.ensure_future(sample())
+                await send_all(producer, [Message(topic="t", body=body) for _ in range(200)], chunk=32)
+                await until(lambda: consumer.stats().cached_bytes >= limit)
+                receives = srv.stats.calls["ReceiveMessage"]
+                await asyncio.sleep(1.0)
+                # Full cache: no receive goes out (no polling, no busy loop) while the listener is stuck.
+                assert srv.stats.calls["ReceiveMessage"] == receives
+                assert consumer.stats().receives_in_flight == 0
+                gate.set()
+                await until(lambda: consumer.stats().acked == 200, timeout=20)
+                sampler.cancel()
+            # Never above the limit plus one batch (32 messages of 1 KiB).
+            assert peak["bytes"] <= limit + 32 * len(body)
+            assert peak["bytes"] >= limit
+
+    run(main())
+
+
+def test_shutdown_under_load_is_bounded_loses_no_ack_and_leaves_nothing_running() -> None:
+    async def main() -> None:
+        async with embedded_server(topics=["t:2"], groups=["g"]) as srv:
+            ep = srv.endpoints[0]
+
+            def listener(m: ReceivedMessage) -> ConsumeResult:
+                time.sleep(0.005)
+                return ConsumeResult.SUCCESS
+
+            consumer = PushConsumer(
+                endpoints=ep,
+                group="g",
+                subscriptions={"t": "*"},
+                listener=listener,
+                consumption_thread_count=4,
+                shutdown_grace=2.0,
+            )
+            async with Producer(endpoints=ep, topics=["t"]) as producer:
+                await consumer.start()
+                await ready(consumer)
+                await send_all(producer, [Message(topic="t", body=b"x") for _ in range(400)], chunk=64)
+                await until(lambda: consumer.stats().consumed >= 50)
+                started = time.monotonic()
+                await asyncio.gather(consumer.close(), consumer.close())
+                took = time.monotonic() - started
+                await consumer.close()  # idempotent
+            s = consumer.stats()
+            assert took < 2.0 + 3.0 + 2.0
+            assert s.listeners_in_flight == 0 and s.receives_in_flight == 0
+            assert s.acks_pending == 0 and s.acks_retrying == 0
+            assert s.acked == s.consumed > 0
+            assert srv.stats.entries["AckMessage"] == s.acked
+            assert srv.stats.calls["NotifyClientTermination"] >= 1
+            assert not [t for t in threading.enumerate() if t.name.startswith("thrust-consume")]
+            others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            assert not [t for t in others if "thrust" in t.get_name()], others
+            assert "closed" in repr(consumer)
+
+    run(main())
+
+
+def test_several_topics_with_tag_filters_and_an_async_listener() -> None:
+    async def main() -> None:
+        async with embedded_server(topics=["a:2", "b:2", "c:1"], groups=["g"]) as srv:
+            ep = srv.endpoints[0]
+            got: list[tuple[str, str | None]] = []
+            running = {"now": 0, "peak": 0}
+
+            async def listener(m: ReceivedMessage) -> ConsumeResult:
+                running["now"] += 1
+                running["peak"] = max(running["peak"], running["now"])
+                await asyncio.sleep(0.005)
+                running["now"] -= 1
+                got.append((m.topic, m.tag))
+                return ConsumeResult.SUCCESS
+
+            consumer = PushConsumer(
+                endpoints=ep,
+                group="g",
+                subscriptions={"a": "*", "b": "tagA||tagB", "c": "tagC"},
+                listener=listener,
+                async_concurrency=5,
+            )
+            async with Producer(endpoints=ep, topics=["a", "b", "c"]) as producer, consumer:
+                await ready(consumer, queues=3)
+                messages = [
+                    Message(topic=t, body=b"x", tag=tag)
+                    for t in ("a", "b", "c")
+                    for tag in ("tagA", "tagB", "tagC")
+                    for _ in range(10)
+                ]
+                await send_all(producer, messages, chunk=30)
+                await until(lambda: consumer.stats().acked == 60)
+                await asyncio.sleep(0.2)
+                assert "acked=60" in repr(consumer)
+            assert sorted(set(got)) == [
+                ("a", "tagA"),
+                ("a", "tagB"),
+                ("a", "tagC"),
+                ("b", "tagA"),
+                ("b", "tagB"),
+                ("c", "tagC"),
+            ]
+            assert len(got) == 60
+            assert running["peak"] == 5
+
+    run(main())
