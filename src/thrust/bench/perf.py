@@ -1,0 +1,436 @@
+"""The engine of `thrust perf`: producers and consumers driven through thrust's public API, measured with
+`thrust.bench.stats` and reported in the pulsar-perf shape (perf-tools reference §3.4-3.6).
+
+Producer latency is send -> receipt (`Producer.send_async` future), measured from just before the send
+asks for a window slot, as pulsar-perf measures from just before `sendAsync` (which blocks when the
+pending queue is full). Consumer latency is the message's born time (the producer's wall clock, written
+at send) -> the listener call, pulsar-perf's `now - publishTime`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import dataclasses
+import functools
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from typing import IO, Any
+
+from thrust.bench.stats import Recorder, SampleInbox, Summary, format_interval, format_summary
+from thrust.config import Credentials, TlsConfig
+from thrust.message import ConsumeResult, Message, ReceivedMessage
+from thrust.producer import Producer
+
+__all__ = ["PerfOptions", "PerfResult", "run_perf", "topic_names"]
+
+
+@dataclasses.dataclass(slots=True)
+class PerfOptions:
+    """Everything `thrust perf` can be asked for (see `thrust perf e2e --help`)."""
+
+    mode: str = "e2e"  # produce | consume | e2e
+    endpoints: str = ""
+    namespace: str = ""
+    topic: str = "perf"
+    num_topics: int = 1
+    access_key: str | None = None
+    secret_key: str | None = None
+    tls: bool = False
+    tls_ca: str | None = None
+    tls_server_name: str | None = None
+    interval: float = 10.0
+    duration: float = 0.0
+    count: int = 0
+    warmup: float = 1.0
+    live: bool = False
+    # producer
+    rate: float = 0.0
+    producers: int = 1
+    max_in_flight: int = 128
+    size: int = 1024
+    tag: str | None = None
+    fifo_groups: int = 0  # > 0: FIFO messages spread over this many message groups
+    delay: float = 0.0  # > 0: delay messages, delivered this many seconds after send
+    # consumer
+    group: str = "perf-group"
+    consumer: str = "push"  # push | simple
+    threads: int = 20
+    listener_delay: float = 0.0  # seconds the listener blocks per message
+    ack_batch: bool = True
+    receivers: int = 4  # simple consumer: concurrent receive loops
+    drain_timeout: float = 30.0  # e2e: seconds the consumer may take after the last send
+    track_ids: bool = True
+
+
+@dataclasses.dataclass(slots=True)
+class PerfResult:
+    produce: Summary | None
+    consume: Summary | None
+    interrupted: bool
+    sent_ok: int = 0
+    send_errors: int = 0
+    received_unique: int = 0
+    duplicates: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "produce": self.produce.to_json() if self.produce else None,
+            "consume": self.consume.to_json() if self.consume else None,
+            "interrupted": self.interrupted,
+            "sent_ok": self.sent_ok,
+            "send_errors": self.send_errors,
+            "received_unique": self.received_unique,
+            "duplicates": self.duplicates,
+        }
+
+
+def _done_at(done: Callable[[asyncio.Future[Any], float], None], t0: float, fut: asyncio.Future[Any]) -> None:
+    done(fut, t0)
+
+
+def topic_names(options: PerfOptions) -> list[str]:
+    """pulsar-perf's rule: one topic keeps its name; with `-t N` > 1 they are `<topic>-0..N-1`."""
+    if options.num_topics <= 1:
+        return [options.topic]
+    return [f"{options.topic}-{i}" for i in range(options.num_topics)]
+
+
+def _client_kwargs(options: PerfOptions) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"endpoints": options.endpoints, "namespace": options.namespace}
+    if options.access_key is not None:
+        kwargs["credentials"] = Credentials(
+            access_key=options.access_key, secret_key=options.secret_key or ""
+        )
+    if options.tls:
+        kwargs["tls"] = TlsConfig(enabled=True, ca_file=options.tls_ca, server_name=options.tls_server_name)
+    return kwargs
+
+
+class _Display:
+    """Plain lines when not on a terminal; on a terminal also a status line rewritten every second."""
+
+    def __init__(self, out: IO[str], live: bool) -> None:
+        self.out = out
+        self.live = live
+        self._status = False
+
+    def line(self, text: str) -> None:
+        if self._status:
+            self.out.write("\r\x1b[K")
+            self._status = False
+        self.out.write(text + "\n")
+        self.out.flush()
+
+    def status(self, text: str) -> None:
+        if self.live:
+            self.out.write("\r\x1b[K" + text)
+            self.out.flush()
+            self._status = True
+
+    def clear(self) -> None:
+        if self._status:
+            self.out.write("\r\x1b[K")
+            self.out.flush()
+            self._status = False
+
+
+class _Run:
+    def __init__(self, options: PerfOptions, out: IO[str]) -> None:
+        self.o = options
+        self.display = _Display(out, options.live)
+        self.topics = topic_names(options)
+        self.stop = asyncio.Event()  # Ctrl-C or duration: stop everything
+        self.producing_done = asyncio.Event()
+        self.consuming_done = asyncio.Event()
+        self.interrupted = False
+        self.send_recorder = Recorder("produce", warmup=options.warmup)
+        self.recv_recorder = Recorder("consume", warmup=options.warmup)
+        self.inbox = SampleInbox()
+        self.issued = 0
+        self.sent_ok = 0
+        self.seen: set[str] = set()
+        self.ids: collections.deque[str] = collections.deque()
+        self.body = os.urandom(max(1, options.size // 2) + 1).hex()[: max(1, options.size)].encode()
+
+    # -- producer ----------------------------------------------------------------------------------------
+
+    def _message(self, i: int) -> Message:
+        o = self.o
+        return Message(
+            topic=self.topics[i % len(self.topics)],
+            body=self.body,
+            tag=o.tag,
+            message_group=f"g{i % o.fifo_groups}" if o.fifo_groups > 0 else None,
+            delay=o.delay if o.delay > 0 else None,
+        )
+
+    async def _sender(self, producer: Producer, share: float) -> None:
+        o = self.o
+        rec = self.send_recorder
+        interval = 1.0 / share if share > 0 else 0.0
+        next_at = time.monotonic()
+        perf = time.perf_counter
+
+        def done(fut: asyncio.Future[Any], t0: float) -> None:
+            if fut.cancelled() or fut.exception() is not None:
+                rec.record_error()
+            else:
+                self.sent_ok += 1
+                rec.record((perf() - t0) * 1e6, len(self.body))
+
+        while not self.stop.is_set() and (o.count <= 0 or self.issued < o.count):
+            if interval:
+                now = time.monotonic()
+                if now < next_at:
+                    await asyncio.sleep(next_at - now)
+                    continue
+                next_at += interval
+            i = self.issued
+            self.issued += 1
+            t0 = perf()
+            try:
+                fut = await producer.send_async(self._message(i))
+            except Exception:
+                rec.record_error()
+                continue
+            fut.add_done_callback(functools.partial(_done_at, done, t0))
+
+    async def produce(self) -> None:
+        o = self.o
+        producers = [
+            Producer(**_client_kwargs(o), topics=self.topics, max_in_flight=o.max_in_flight)
+            for _ in range(max(1, o.producers))
+        ]
+        try:
+            for p in producers:
+                await p.start()
+            self.send_recorder.restart()
+            share = o.rate / len(producers) if o.rate > 0 else 0.0
+            await asyncio.gather(*(self._sender(p, share) for p in producers))
+        finally:
+            # close() waits for the pipelined sends still in flight (bounded)
+            await asyncio.gather(*(p.close() for p in producers), return_exceptions=True)
+            self.producing_done.set()
+
+    # -- consumer ----------------------------------------------------------------------------------------
+
+    def _on_message(self, message: ReceivedMessage) -> None:
+        born = message.born_timestamp
+        latency = (time.time() - born) * 1e6 if born else -1.0
+        self.inbox.put(latency, len(message.body))
+        if self.o.track_ids:
+            self.ids.append(message.message_id)
+
+    def _listener(self) -> Callable[[ReceivedMessage], ConsumeResult]:
+        delay = self.o.listener_delay
+        on_message = self._on_message
+
+        def listener(message: ReceivedMessage) -> ConsumeResult:
+            on_message(message)
+            if delay > 0:
+                time.sleep(delay)  # a listener doing blocking work (runs on a consumption thread)
+            return ConsumeResult.SUCCESS
+
+        return listener
+
+    async def consume(self) -> None:
+        from thrust.push_consumer import PushConsumer
+
+        o = self.o
+        subs = {t: (o.tag or "*") for t in self.topics}
+        consumer = PushConsumer(
+            **_client_kwargs(o),
+            group=o.group,
+            subscriptions=subs,
+            listener=self._listener(),
+            consumption_thread_count=o.threads,
+            ack_batch_size=32 if o.ack_batch else 1,
+            ack_linger=0.01 if o.ack_batch else 0.0,
+        )
+        try:
+            await consumer.start()
+            self.recv_recorder.restart()
+            await self.consuming_done.wait()
+        finally:
+            await consumer.close()  # flushes the pending acks
+            stats = consumer.stats()
+            self.recv_recorder.extra.update(acked=stats.acked, ack_rpcs=stats.ack_rpcs)
+
+    async def consume_simple(self) -> None:
+        from thrust.simple_consumer import SimpleConsumer
+
+        o = self.o
+        subs = {t: (o.tag or "*") for t in self.topics}
+        consumer = SimpleConsumer(**_client_kwargs(o), group=o.group, subscriptions=subs, await_duration=5.0)
+        acked = 0
+        ack_rpcs = 0
+
+        async def loop() -> None:
+            nonlocal acked, ack_rpcs
+            while not self.consuming_done.is_set():
+                try:
+                    messages = await consumer.receive(32, invisible_duration=30)
+                except Exception:
+                    self.recv_recorder.record_error()
+                    await asyncio.sleep(0.1)
+                    continue
+                for m in messages:
+                    self._on_message(m)
+                if not messages:
+                    continue
+                if o.ack_batch:
+                    results = await consumer.ack_many(messages)
+                    ack_rpcs += 1
+                    acked += sum(1 for r in results if r is None)
+                else:
+                    outcomes = await asyncio.gather(
+                        *(consumer.ack(m) for m in messages), return_exceptions=True
+                    )
+                    ack_rpcs += len(messages)
+                    acked += sum(1 for r in outcomes if r is None)
+
+        try:
+            await consumer.start()
+            self.recv_recorder.restart()
+            tasks = [asyncio.create_task(loop()) for _ in range(max(1, o.receivers))]
+            await self.consuming_done.wait()
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        finally:
+            self.recv_recorder.extra.update(acked=acked, ack_rpcs=ack_rpcs)
+            await consumer.close()
+
+    # -- reporting ---------------------------------------------------------------------------------------
+
+    def _drain(self) -> None:
+        self.inbox.drain(self.recv_recorder)
+        ids = self.ids
+        seen = self.seen
+        while ids:
+            seen.add(ids.popleft())
+
+    def _report(self, sides: list[Recorder]) -> None:
+        for rec in sides:
+            self.display.line(format_interval(rec.name, rec.report()))
+
+    def _status(self, sides: list[Recorder]) -> None:
+        parts = [f"{r.name}: {r.total} msg, {r.current_rate():.0f} msg/s, {r.errors} err" for r in sides]
+        self.display.status(" | ".join(parts))
+
+    def _consumer_finished(self) -> bool:
+        o = self.o
+        received = self.recv_recorder.total
+        if o.mode == "consume":
+            return o.count > 0 and received >= o.count
+        # e2e: done once every successfully sent message arrived (after the last send)
+        if not self.producing_done.is_set():
+            return False
+        target = self.sent_ok
+        got = len(self.seen) if o.track_ids else received
+        return got >= target
+
+    async def main(self) -> PerfResult:
+        o = self.o
+        loop = asyncio.get_running_loop()
+
+        def on_sigint() -> None:
+            if self.stop.is_set():  # a second Ctrl-C: leave at once
+                loop.remove_signal_handler(signal.SIGINT)
+                raise KeyboardInterrupt
+            self.interrupted = True
+            self.stop.set()
+
+        with _suppress_not_impl():
+            loop.add_signal_handler(signal.SIGINT, on_sigint)
+        sides: list[Recorder] = []
+        tasks: list[asyncio.Task[None]] = []
+        if o.mode in ("consume", "e2e"):
+            sides.append(self.recv_recorder)
+            tasks.append(
+                asyncio.create_task(self.consume() if o.consumer == "push" else self.consume_simple())
+            )
+        if o.mode in ("produce", "e2e"):
+            if o.mode == "e2e":
+                await asyncio.sleep(0.5)  # let the consumer subscribe first (its assignment scan)
+            sides.insert(0, self.send_recorder)
+            tasks.append(asyncio.create_task(self.produce()))
+        else:
+            self.producing_done.set()
+        started = time.monotonic()
+        next_report = started + o.interval
+        next_status = started + 1.0
+        drain_deadline: float | None = None
+        try:
+            while True:
+                await asyncio.sleep(0.05)
+                self._drain()
+                now = time.monotonic()
+                failed = [t for t in tasks if t.done() and not t.cancelled() and t.exception() is not None]
+                if failed:
+                    raise failed[0].exception()  # type: ignore[misc]
+                if o.duration > 0 and now - started >= o.duration and not self.stop.is_set():
+                    self.stop.set()
+                if now >= next_report:
+                    self._report(sides)
+                    next_report += o.interval
+                if now >= next_status:
+                    self._status(sides)
+                    next_status = now + 1.0
+                if o.mode == "produce":
+                    if self.producing_done.is_set():
+                        break
+                    continue
+                if self._consumer_finished():
+                    break
+                if self.interrupted:
+                    break
+                if o.mode == "consume" and self.stop.is_set():
+                    break
+                if o.mode == "e2e" and self.producing_done.is_set():
+                    if drain_deadline is None:
+                        drain_deadline = now + o.drain_timeout
+                    elif now >= drain_deadline:
+                        break
+        finally:
+            self.stop.set()
+            self.consuming_done.set()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            self._drain()
+            with _suppress_not_impl():
+                loop.remove_signal_handler(signal.SIGINT)
+            self.display.clear()
+        # the last, partial interval
+        if any(r.total - (r.intervals[-1].total if r.intervals else 0) for r in sides):
+            self._report(sides)
+        produce = self.send_recorder.summary() if o.mode in ("produce", "e2e") else None
+        consume = self.recv_recorder.summary() if o.mode in ("consume", "e2e") else None
+        for s in (produce, consume):
+            if s is not None:
+                for text in format_summary(s):
+                    self.display.line(text)
+        unique = len(self.seen) if o.track_ids else self.recv_recorder.total
+        return PerfResult(
+            produce=produce,
+            consume=consume,
+            interrupted=self.interrupted,
+            sent_ok=self.sent_ok,
+            send_errors=self.send_recorder.errors,
+            received_unique=unique,
+            duplicates=self.recv_recorder.total - unique if o.track_ids else 0,
+        )
+
+
+def _suppress_not_impl() -> Any:
+    # add_signal_handler works only on the main thread of a Unix loop; elsewhere Ctrl-C stays default
+    return contextlib.suppress(NotImplementedError, RuntimeError, ValueError)
+
+
+async def run_perf(options: PerfOptions, out: IO[str] | None = None) -> PerfResult:
+    """Run one perf session on the current loop and return its results (lines go to `out`)."""
+    return await _Run(options, out or sys.stdout).main()

@@ -1,0 +1,299 @@
+"""Throughput and latency recording for `thrust perf` and `thrust bench`, in the pulsar-perf shape.
+
+Two HdrHistograms per recorder, as pulsar-perf keeps two `Recorder`s (perf-tools reference §3.6): one per
+reporting interval (reset at every report) and one for the whole run. Latencies are recorded in
+microseconds, 3 significant digits, clamped to one hour (pulsar-perf master's precision and range: 5
+digits would cost megabytes per histogram for nothing we print). Messages and bytes are counted from the
+start; latencies only once the warm-up is over (pulsar-perf `--warmup-time`).
+
+Not thread-safe: record from the event loop's thread. Listener threads hand their samples over through
+`SampleInbox` (a deque appended from any thread, drained on the loop).
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import time
+from collections.abc import Sequence
+from typing import Any, Final
+
+from hdrh.histogram import HdrHistogram
+
+__all__ = [
+    "IntervalStats",
+    "LatencyStats",
+    "Recorder",
+    "SampleInbox",
+    "Summary",
+    "format_interval",
+    "format_summary",
+    "plot",
+]
+
+HIGHEST_US: Final = 3_600_000_000  # one hour in µs: pulsar-perf master's producer clamp
+SIGNIFICANT_DIGITS: Final = 3
+_PERCENTILES: Final = (50.0, 95.0, 99.0, 99.9, 99.99, 99.999)
+
+
+def _histogram() -> Any:
+    return HdrHistogram(1, HIGHEST_US, SIGNIFICANT_DIGITS)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class LatencyStats:
+    """Latency of a set of samples, in milliseconds (recorded in µs)."""
+
+    count: int
+    mean: float
+    p50: float
+    p95: float
+    p99: float
+    p999: float
+    p9999: float
+    p99999: float
+    max: float
+
+    @classmethod
+    def of(cls, histogram: Any) -> LatencyStats:
+        count = int(histogram.get_total_count())
+        if count == 0:
+            return cls(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        p50, p95, p99, p999, p9999, p99999 = (
+            histogram.get_value_at_percentile(p) / 1000.0 for p in _PERCENTILES
+        )
+        return cls(
+            count=count,
+            mean=float(histogram.get_mean_value()) / 1000.0,
+            p50=p50,
+            p95=p95,
+            p99=p99,
+            p999=p999,
+            p9999=p9999,
+            p99999=p99999,
+            max=float(histogram.get_max_value()) / 1000.0,
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class IntervalStats:
+    """One reporting interval. `total` is cumulative (pulsar-perf prints the running total)."""
+
+    elapsed: float  # seconds from the recorder's start to the end of this interval
+    seconds: float  # length of this interval
+    total: int
+    count: int
+    rate: float  # msg/s over the interval
+    mbit: float  # Mbit/s of payload over the interval (bytes * 8 / 2**20, as pulsar-perf)
+    errors: int
+    latency: LatencyStats
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Summary:
+    """The whole run (pulsar-perf's "Aggregated" lines)."""
+
+    name: str
+    seconds: float
+    total: int
+    bytes: int
+    rate: float
+    mbit: float
+    errors: int
+    latency: LatencyStats
+    intervals: tuple[IntervalStats, ...]
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["intervals"] = [i.to_json() for i in self.intervals]
+        return data
+
+
+class Recorder:
+    """Counts messages, bytes and errors and records latencies for one side (producer or consumer).
+
+    Args:
+        name: "produce" or "consume" (used in the printed lines).
+        warmup: seconds from `start` during which latencies are not recorded.
+        clock: monotonic seconds.
+    """
+
+    def __init__(self, name: str, *, warmup: float = 0.0, clock: Any = time.monotonic) -> None:
+        self.name = name
+        self._clock = clock
+        self.started = clock()
+        self._warm_at = self.started + max(0.0, warmup)
+        self._warm = warmup <= 0
+        self._interval = _histogram()
+        self._cumulative = _histogram()
+        self.total = 0
+        self.bytes = 0
+        self.errors = 0
+        self._last_report = self.started
+        self._last_total = 0
+        self._last_bytes = 0
+        self._last_errors = 0
+        self.intervals: list[IntervalStats] = []
+        self.extra: dict[str, Any] = {}
+
+    def restart(self) -> None:
+        """Start the clock now (counters and histograms stay as they are, normally empty)."""
+        warmup = self._warm_at - self.started
+        self.started = self._last_report = self._clock()
+        self._warm_at = self.started + warmup
+        self._warm = warmup <= 0
+
+    def record(self, latency_us: float, nbytes: int) -> None:
+        """One message: its size and its latency (µs; negative values, from clock skew, are not kept)."""
+        self.total += 1
+        self.bytes += nbytes
+        if not self._warm:
+            if self._clock() < self._warm_at:
+                return
+            self._warm = True
+        if latency_us >= 0:
+            value = min(max(int(latency_us), 1), HIGHEST_US)
+            self._interval.record_value(value)
+            self._cumulative.record_value(value)
+
+    def record_error(self, count: int = 1) -> None:
+        self.errors += count
+
+    def report(self) -> IntervalStats:
+        """Close the current interval, reset its histogram and return its numbers."""
+        now = self._clock()
+        seconds = max(now - self._last_report, 1e-9)
+        count = self.total - self._last_total
+        nbytes = self.bytes - self._last_bytes
+        errors = self.errors - self._last_errors
+        stats = IntervalStats(
+            elapsed=now - self.started,
+            seconds=seconds,
+            total=self.total,
+            count=count,
+            rate=count / seconds,
+            mbit=nbytes * 8 / seconds / (1024 * 1024),
+            errors=errors,
+            latency=LatencyStats.of(self._interval),
+        )
+        self._interval.reset()
+        self._last_report = now
+        self._last_total = self.total
+        self._last_bytes = self.bytes
+        self._last_errors = self.errors
+        self.intervals.append(stats)
+        return stats
+
+    def current_rate(self) -> float:
+        """msg/s since the last report (for the live display)."""
+        seconds = self._clock() - self._last_report
+        return (self.total - self._last_total) / seconds if seconds > 0 else 0.0
+
+    def summary(self, end: float | None = None) -> Summary:
+        seconds = max((self._clock() if end is None else end) - self.started, 1e-9)
+        return Summary(
+            name=self.name,
+            seconds=seconds,
+            total=self.total,
+            bytes=self.bytes,
+            rate=self.total / seconds,
+            mbit=self.bytes * 8 / seconds / (1024 * 1024),
+            errors=self.errors,
+            latency=LatencyStats.of(self._cumulative),
+            intervals=tuple(self.intervals),
+            extra=dict(self.extra),
+        )
+
+
+class SampleInbox:
+    """Samples from listener threads, drained into a `Recorder` on the loop. `collections.deque.append`
+    and `popleft` are atomic, so no lock is taken per message."""
+
+    def __init__(self) -> None:
+        self._samples: collections.deque[tuple[float, int]] = collections.deque()
+
+    def put(self, latency_us: float, nbytes: int) -> None:
+        self._samples.append((latency_us, nbytes))
+
+    def drain(self, recorder: Recorder) -> int:
+        samples = self._samples
+        n = 0
+        while samples:
+            latency_us, nbytes = samples.popleft()
+            recorder.record(latency_us, nbytes)
+            n += 1
+        return n
+
+
+_VERB: Final = {"produce": "produced", "consume": "received"}
+
+
+def _latency_fields(lat: LatencyStats, *, with_99999: bool = False) -> str:
+    parts = [
+        f"Latency: mean: {lat.mean:8.3f} ms",
+        f"med: {lat.p50:8.3f}",
+        f"95pct: {lat.p95:8.3f}",
+        f"99pct: {lat.p99:8.3f}",
+        f"99.9pct: {lat.p999:8.3f}",
+        f"99.99pct: {lat.p9999:8.3f}",
+    ]
+    if with_99999:
+        parts.append(f"99.999pct: {lat.p99999:8.3f}")
+    parts.append(f"Max: {lat.max:8.3f}")
+    return " - ".join(parts)
+
+
+def format_interval(name: str, stats: IntervalStats) -> str:
+    """`Throughput produced: N msg --- R msg/s --- M Mbit/s --- errors E --- Latency: mean ...` (ms)."""
+    verb = _VERB.get(name, name)
+    return (
+        f"Throughput {verb}: {stats.total:8d} msg --- {stats.rate:9.1f} msg/s --- {stats.mbit:7.3f} Mbit/s "
+        f"--- errors {stats.errors:4d} --- {_latency_fields(stats.latency)}"
+    )
+
+
+def format_summary(summary: Summary) -> list[str]:
+    """pulsar-perf's two "Aggregated" lines (the latency line adds 99.999pct)."""
+    verb = {"produce": "sent", "consume": "received"}.get(summary.name, summary.name)
+    extra = "".join(f" --- {k} {v}" for k, v in summary.extra.items() if isinstance(v, (int, float, str)))
+    return [
+        f"Aggregated throughput stats ({summary.name}) --- {summary.total} records {verb} --- "
+        f"{summary.rate:.1f} msg/s --- {summary.mbit:.3f} Mbit/s --- errors {summary.errors}{extra}",
+        f"Aggregated latency stats ({summary.name}) --- {_latency_fields(summary.latency, with_99999=True)}",
+    ]
+
+
+def plot(summaries: Sequence[Summary], path: str) -> None:
+    """A PNG of msg/s and latency percentiles per interval, one column per side. matplotlib is imported
+    here (Agg backend) so that the CLI starts without it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    columns = max(1, len(summaries))
+    fig, axes = plt.subplots(2, columns, figsize=(6 * columns, 7), squeeze=False, sharex="col")
+    for col, summary in enumerate(summaries):
+        xs = [i.elapsed for i in summary.intervals]
+        top, bottom = axes[0][col], axes[1][col]
+        top.plot(xs, [i.rate for i in summary.intervals], marker="o")
+        top.set_title(f"{summary.name}: throughput")
+        top.set_ylabel("msg/s")
+        top.set_ylim(bottom=0)
+        for label, field in (("p50", "p50"), ("p99", "p99"), ("p99.9", "p999"), ("max", "max")):
+            ys = [getattr(i.latency, field) for i in summary.intervals]
+            bottom.plot(xs, ys, marker=".", label=label)
+        bottom.set_title(f"{summary.name}: latency")
+        bottom.set_ylabel("ms")
+        bottom.set_xlabel("seconds")
+        bottom.set_yscale("log")
+        bottom.legend()
+        for ax in (top, bottom):
+            ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)

@@ -1,0 +1,236 @@
+"""`thrust perf produce|consume|e2e`: load generator and latency meter, in the spirit of pulsar-perf.
+
+Without `--endpoints` it starts the embedded server (`thrust serve`) in a subprocess with the topics and
+groups the run needs. Every `--interval` seconds it prints one line per side in the pulsar-perf shape;
+at exit (Ctrl-C included) the aggregated HdrHistogram summary; `--json` and `--plot` save the results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from typing import Any
+
+__all__ = ["options_from_args", "register", "run"]
+
+_DESCRIPTION = {
+    "produce": "Send messages as fast as allowed (or at --rate) and measure send -> receipt latency.",
+    "consume": "Consume messages and measure born time -> listener latency.",
+    "e2e": "Produce and consume at once in one process: both measurements, and every message accounted for.",
+}
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def _on_off(text: str) -> bool:
+    if text.lower() in ("on", "true", "yes", "1"):
+        return True
+    if text.lower() in ("off", "false", "no", "0"):
+        return False
+    raise argparse.ArgumentTypeError("expected on or off")
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("connection")
+    g.add_argument("--endpoints", default=None, help="proxy endpoints; default: start an embedded server")
+    g.add_argument("--namespace", default="", help="namespace (default none)")
+    g.add_argument("--access-key", default=None, help="credentials: access key (MQv2-HMAC-SHA1)")
+    g.add_argument("--secret-key", default=None, help="credentials: secret key")
+    g.add_argument("--tls", action="store_true", help="connect with TLS (needs --endpoints)")
+    g.add_argument("--tls-ca", default=None, help="PEM CA bundle for --tls")
+    g.add_argument("--tls-server-name", default=None, help="server name to verify for --tls")
+    g = p.add_argument_group("topics")
+    g.add_argument("-t", "--topic", default="perf", help="topic name (default perf)")
+    g.add_argument("--num-topics", type=int, default=1, help="topics; with N > 1 they are TOPIC-0..N-1")
+    g.add_argument(
+        "-q", "--queues", type=int, default=None, help="queues per topic (embedded server only; default 8)"
+    )
+    g.add_argument("--fifo", type=int, default=0, metavar="GROUPS", help="FIFO messages over GROUPS groups")
+    g.add_argument("--delay", type=_positive_float, default=0.0, help="delay messages by SECONDS")
+    g.add_argument("--tag", default=None, help="tag on every message (and the consumer's filter)")
+    g = p.add_argument_group("run")
+    g.add_argument("-m", "--count", type=int, default=0, help="messages in total (0 = unlimited)")
+    g.add_argument("--duration", type=_positive_float, default=0.0, help="seconds to run (0 = unlimited)")
+    g.add_argument("--warmup", type=_positive_float, default=1.0, help="seconds without latency samples")
+    g.add_argument("-i", "--interval", type=float, default=10.0, help="seconds between stats lines (10)")
+    g.add_argument("--json", default=None, metavar="PATH", help="write the results as JSON")
+    g.add_argument("--plot", default=None, metavar="PATH", help="write a PNG of msg/s and latency")
+    g.add_argument(
+        "--live",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="status line rewritten every second (auto: when stdout is a terminal)",
+    )
+
+
+def _add_producer(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("producer")
+    g.add_argument("-r", "--rate", type=_positive_float, default=0.0, help="msg/s in total (0 = max)")
+    g.add_argument("-n", "--producers", type=int, default=1, help="producer clients (default 1)")
+    g.add_argument("-o", "--max-in-flight", type=int, default=128, help="sends in flight per producer")
+    g.add_argument("-s", "--size", type=int, default=1024, help="payload bytes (default 1024)")
+
+
+def _add_consumer(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("consumer")
+    g.add_argument("-g", "--group", default="perf-group", help="consumer group (default perf-group)")
+    g.add_argument("--consumer", choices=("push", "simple"), default="push", help="consumer kind")
+    g.add_argument("--threads", type=int, default=20, help="push: consumption threads (default 20)")
+    g.add_argument(
+        "--listener-delay", type=_positive_float, default=0.0, help="push: ms the listener blocks per message"
+    )
+    g.add_argument("--ack-batch", type=_on_off, default=True, help="batched acks on|off (default on)")
+    g.add_argument("--receivers", type=int, default=4, help="simple: concurrent receive loops (default 4)")
+    g.add_argument(
+        "--drain-timeout", type=float, default=30.0, help="e2e: seconds to wait for the last messages"
+    )
+
+
+def register(subparsers: Any) -> None:
+    """Add `thrust perf produce|consume|e2e` to the `thrust` parser."""
+    perf = subparsers.add_parser("perf", help="load generator and latency meter (pulsar-perf style)")
+    modes = perf.add_subparsers(dest="perf_mode", metavar="<mode>", required=True)
+    for mode in ("produce", "consume", "e2e"):
+        p = modes.add_parser(mode, help=_DESCRIPTION[mode], description=_DESCRIPTION[mode])
+        _add_common(p)
+        if mode in ("produce", "e2e"):
+            _add_producer(p)
+        if mode in ("consume", "e2e"):
+            _add_consumer(p)
+        p.set_defaults(func=run)
+
+
+class UsageError(Exception):
+    pass
+
+
+def options_from_args(args: argparse.Namespace) -> Any:
+    """`PerfOptions` from the parsed arguments; `UsageError` for combinations not supported."""
+    from thrust.bench.perf import PerfOptions
+
+    mode = args.perf_mode
+    o = PerfOptions(mode=mode)
+    o.endpoints = args.endpoints or ""
+    o.namespace = args.namespace
+    o.topic = args.topic
+    o.num_topics = args.num_topics
+    o.access_key = args.access_key
+    o.secret_key = args.secret_key
+    o.tls = args.tls
+    o.tls_ca = args.tls_ca
+    o.tls_server_name = args.tls_server_name
+    o.interval = args.interval
+    o.duration = args.duration
+    o.count = args.count
+    o.warmup = args.warmup
+    o.fifo_groups = args.fifo
+    o.delay = args.delay
+    o.tag = args.tag
+    if args.live == "auto":
+        o.live = sys.stdout.isatty()
+    else:
+        o.live = args.live == "on"
+    if mode in ("produce", "e2e"):
+        o.rate = args.rate
+        o.producers = args.producers
+        o.max_in_flight = args.max_in_flight
+        o.size = args.size
+    if mode in ("consume", "e2e"):
+        o.group = args.group
+        o.consumer = args.consumer
+        o.threads = args.threads
+        o.listener_delay = args.listener_delay / 1000.0
+        o.ack_batch = args.ack_batch
+        o.receivers = args.receivers
+        o.drain_timeout = args.drain_timeout
+        # bounded memory: message ids are kept (to count duplicates) only for a bounded --count
+        o.track_ids = args.count > 0
+    problems = []
+    if (args.access_key is None) != (args.secret_key is None):
+        problems.append("--access-key and --secret-key go together")
+    if args.tls and not args.endpoints:
+        problems.append("--tls needs --endpoints (the embedded server started by perf serves plaintext)")
+    if args.queues is not None and args.endpoints:
+        problems.append("--queues configures the embedded server; with --endpoints create the topic there")
+    if args.fifo and args.delay:
+        problems.append("--fifo and --delay are exclusive (a message has one type)")
+    if args.interval <= 0:
+        problems.append("--interval must be > 0")
+    if mode in ("consume", "e2e"):
+        if args.consumer == "simple" and args.listener_delay:
+            problems.append("--listener-delay applies to --consumer push")
+        if args.consumer == "simple" and args.threads != 20:
+            problems.append("--threads applies to --consumer push")
+        if args.consumer == "simple" and args.fifo:
+            problems.append("FIFO consumption with --consumer simple is not supported by perf yet")
+    if mode in ("produce", "e2e") and (args.producers < 1 or args.max_in_flight < 1 or args.size < 1):
+        problems.append("--producers, --max-in-flight and --size must be >= 1")
+    if mode == "consume" and not args.endpoints and not args.count and not args.duration:
+        pass  # an embedded server with nobody producing: runs until Ctrl-C, which is allowed
+    if problems:
+        raise UsageError("; ".join(problems))
+    return o
+
+
+def server_args(args: argparse.Namespace, topics: list[str]) -> list[str]:
+    """`thrust serve` arguments for the embedded server of this run."""
+    queues = args.queues if args.queues is not None else 8
+    kind = "FIFO" if args.fifo else ("DELAY" if args.delay else "NORMAL")
+    out = ["--log-level", "WARNING"]
+    for t in topics:
+        out += ["--topic", f"{t}:{queues}:{kind}"]
+    group = getattr(args, "group", "perf-group")
+    out += ["--group", f"{group}:fifo" if args.fifo else group]
+    if args.access_key is not None:
+        out += ["--access-key", args.access_key, "--secret-key", args.secret_key]
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    from thrust.bench.perf import run_perf, topic_names
+    from thrust.bench.stats import plot
+
+    try:
+        options = options_from_args(args)
+    except UsageError as exc:
+        print(f"thrust perf: error: {exc}", file=sys.stderr)
+        return 2
+    server = None
+    if not args.endpoints:
+        from thrust.bench.server import BenchServer
+
+        server = BenchServer(server_args(args, topic_names(options)))
+        options.endpoints = server.endpoints[0]
+        print(f"embedded server (subprocess) on {options.endpoints}", file=sys.stderr)
+    try:
+        try:
+            result = asyncio.run(run_perf(options))
+        except KeyboardInterrupt:  # a second Ctrl-C
+            print("interrupted", file=sys.stderr)
+            return 130
+    finally:
+        if server is not None:
+            server.close()
+    if args.json:
+        data = {"mode": options.mode, "options": _jsonable(vars(args))} | result.to_json()
+        with open(args.json, "w") as fh:
+            json.dump(data, fh, indent=2)
+    if args.plot:
+        plot([s for s in (result.produce, result.consume) if s is not None], args.plot)
+    if options.mode == "e2e" and not result.interrupted:
+        missing = result.sent_ok - result.received_unique
+        if missing > 0:
+            print(f"thrust perf: {missing} sent messages were not received", file=sys.stderr)
+            return 1
+    return 130 if result.interrupted else 0
+
+
+def _jsonable(values: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if isinstance(v, (str, int, float, bool, type(None)))}
