@@ -28,6 +28,7 @@ from thrust.reliability.fuzz import (
     fuzz,
     rpcs,
 )
+from thrust.testing import embedded_server
 
 Bug = Callable[[Rpc, pb_message.Message], None]
 
@@ -246,10 +247,8 @@ KNOWN_SERVER_DEFECTS = frozenset({"grpc:UNKNOWN:decode", "stream-ended:undecodab
 
 @functools.cache
 def embedded_report() -> FuzzReport:
-    testing = pytest.importorskip("thrust.testing")
-
     async def main() -> FuzzReport:
-        async with testing.embedded_server(auto_create=True) as srv:
+        async with embedded_server(auto_create=True) as srv:
             return await fuzz(srv.endpoints[0], cases=10_000, seed=20240601)
 
     return asyncio.run(main())
