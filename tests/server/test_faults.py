@@ -168,3 +168,18 @@ def test_stats_count_per_broker_and_reset() -> None:
             assert srv.stats.calls["QueryRoute"] == 0
 
     run(scenario())
+
+
+def test_dropped_telemetry_never_answers_settings() -> None:
+    async def scenario() -> None:
+        async with embedded_server(topics=["t"]) as srv, Wire(srv.endpoints[0]) as w:
+            srv.faults.drop_next(Rpc.TELEMETRY)
+            settings = d.Settings(client_type=d.ClientType.PRODUCER, publishing=d.Publishing())
+            with pytest.raises(TimeoutError):
+                call = w.open_telemetry()
+                await call.write(s.TelemetryCommand(settings=settings))
+                await asyncio.wait_for(call.read(), 0.5)
+            _, reply = await w.handshake(settings)
+            assert reply.status.code == Code.OK
+
+    run(scenario())

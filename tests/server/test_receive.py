@@ -225,3 +225,22 @@ def test_delay_message_recall_and_delivery() -> None:
             assert got.system_properties.HasField("delivery_timestamp")
 
     run(scenario())
+
+
+def test_client_gone_without_notice_releases_in_flight_after_expiry() -> None:
+    async def scenario() -> None:
+        async with embedded_server(topics=["t"], groups=["g"], client_expiry=0.2) as srv:
+            async with Wire(srv.endpoints[0], client_id="crashing") as w:
+                await w.consumer("g", "t", kind=d.ClientType.PUSH_CONSUMER)
+                [mid] = await w.send_ok("t")
+                assert len(messages_of(await w.receive("g", "t", auto_renew=True, invisible=None))) == 1
+            # The channel closed (telemetry cancelled): after client_expiry + ~1 s it is redelivered.
+            async with Wire(srv.endpoints[0], client_id="other") as w2:
+                await w2.consumer("g", "t", kind=d.ClientType.PUSH_CONSUMER)
+                stream = await w2.receive(
+                    "g", "t", auto_renew=True, invisible=None, polling=10, rpc_timeout=15
+                )
+                [again] = messages_of(stream)
+                assert again.system_properties.message_id == mid
+
+    run(scenario())

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
@@ -27,6 +28,9 @@ server stops.
 Each broker listens on its own port (--brokers N: N consecutive ports) and owns its own queues of every
 topic; QueryRoute on any port lists all of them. Once a port accepts connections the server prints
 exactly one line "listening on HOST:PORT" per broker on stdout. Logs go to stderr.
+
+With --tls-cert/--tls-key every port serves TLS instead of plaintext (grpc Python cannot serve both on one
+port, unlike the Java proxy). The secret key may also come from the THRUST_SECRET_KEY environment variable.
 
 Not supported: offset-mode consumption (PullMessage, UpdateOffset, GetOffset, QueryOffset) and lite
 topics (SyncLiteSubscription) answer NOT_IMPLEMENTED.
@@ -85,7 +89,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--access-key", default=None, help="enable MQv2-HMAC-SHA1 authentication with this key"
     )
-    parser.add_argument("--secret-key", default=None, help="secret key for --access-key")
+    parser.add_argument(
+        "--secret-key",
+        default=os.environ.get("THRUST_SECRET_KEY"),
+        help="secret key for --access-key (default: $THRUST_SECRET_KEY)",
+    )
     parser.add_argument("--tls-cert", type=Path, default=None, help="PEM certificate chain: serve TLS")
     parser.add_argument("--tls-key", type=Path, default=None, help="PEM private key for --tls-cert")
     parser.add_argument(

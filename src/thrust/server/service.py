@@ -51,7 +51,7 @@ from thrust.server.convert import (
     timestamp,
 )
 from thrust.server.core.broker import MAX_BATCH_SIZE, Broker, broker_of_handle
-from thrust.server.core.catalog import Catalog
+from thrust.server.core.catalog import Catalog, dead_letter_topic
 from thrust.server.core.filter import FilterKind, MessageFilter, compile_filter
 from thrust.server.core.model import BrokerError, Delivery, InboundMessage, TopicInfo, TransactionCheck
 from thrust.server.faults import Action, Faults, Rpc, Stats
@@ -117,7 +117,7 @@ def _scheme_of(host: str) -> int:
 class _Session:
     """One open Telemetry stream: where server-initiated commands for a client go."""
 
-    __slots__ = ("abort", "broker", "client_id", "peer", "queue")
+    __slots__ = ("abort", "broker", "client_id", "mute", "peer", "queue")
 
     def __init__(self, client_id: str, broker: int, peer: str) -> None:
         self.client_id = client_id
@@ -125,6 +125,7 @@ class _Session:
         self.peer = peer
         self.queue: asyncio.Queue[s.TelemetryCommand | None] = asyncio.Queue(_TELEMETRY_QUEUE)
         self.abort: tuple[grpc.StatusCode, str] | None = None
+        self.mute = False  # a dropped Telemetry call: settings are stored but never answered
 
     def send(self, command: s.TelemetryCommand | None) -> bool:
         try:
@@ -280,7 +281,6 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
                         Code.UNRECOGNIZED_CLIENT_TYPE, "cannot find client settings for this client"
                     )
                 )
-            self._server.touch(caller.client_id)
             return s.HeartbeatResponse(status=_STATUS_OK)
 
         return await self._unary(Rpc.HEARTBEAT, context, work, lambda st: s.HeartbeatResponse(status=st))
@@ -536,6 +536,8 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
             )
             if deliveries:
                 server.reschedule(broker)
+                if request.auto_renew:
+                    server.track(caller.client_id)
                 return deliveries
             remaining = deadline - loop.time()
             if remaining <= 0:
@@ -665,7 +667,7 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
             )
             self._server.stats.entries[Rpc.FORWARD_MESSAGE_TO_DEAD_LETTER_QUEUE.value] += 1
             index = self._server.brokers.index(broker)
-            self._server.changed(index, f"%DLQ%{group}")
+            self._server.changed(index, dead_letter_topic(group))
             if fifo:
                 self._server.changed(index, topic)
             return s.ForwardMessageToDeadLetterQueueResponse(status=_STATUS_OK)
@@ -767,6 +769,7 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
             await context.abort(code, exc.message)
             return
         session = _Session(caller.client_id, self._index, context.peer())
+        session.mute = action is not None and action.drop
         server = self._server
         server.open_session(session)
         reader = asyncio.create_task(self._telemetry_reader(session, request_iterator))
@@ -797,6 +800,8 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
                     except BrokerError as exc:
                         reply = s.TelemetryCommand(status=_error_status(exc))
                     delay = self._faults.settings_delay(self._index)
+                    if session.mute:
+                        continue
                     if delay:
                         asyncio.get_running_loop().call_later(delay, session.send, reply)
                     else:
@@ -1023,8 +1028,14 @@ class EmbeddedServer:
         self._settings[client_id] = settings
         return s.TelemetryCommand(status=_STATUS_OK, settings=settings.merged)
 
-    def touch(self, client_id: str) -> None:
-        """A heartbeat: the client is alive (nothing to refresh while its Telemetry stream is open)."""
+    def track(self, client_id: str) -> None:
+        """A client holds auto-renewed messages: make sure they are released `client_expiry` seconds
+        after it is gone, even when it never opened a Telemetry stream."""
+        if client_id in self._sessions or client_id in self._expiry or self._loop is None:
+            return
+        self._expiry[client_id] = self._loop.call_later(
+            self.config.client_expiry, self._expire_client, client_id
+        )
 
     def open_session(self, session: _Session) -> None:
         sessions = self._sessions.setdefault(session.client_id, [])
