@@ -1,0 +1,79 @@
+"""Official PushConsumer with a listener that fails on purpose.
+
+argv[1] JSON: {"endpoints", "group", "topic", "expression": "*", "expect_ok": N, "fail": {body: K},
+"max_attempts": M, "deadline_s": 60, "settle_s": 3, "threads": 4}.
+
+The listener returns FAILURE for a message whose body is in `fail` while its delivery_attempt <= K
+(K = -1: always), SUCCESS otherwise. Runs until N distinct messages were consumed successfully and every
+always-failing message was seen M times, then waits `settle_s` for anything unexpected. Emits `consumed`
+for every listener call (with attempt and result), then `exit`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from _common import client_log_to_stderr, config, emit, finish, message_fields
+from rocketmq import (
+    ClientConfiguration,
+    ConsumeResult,
+    Credentials,
+    FilterExpression,
+    MessageListener,
+    PushConsumer,
+)
+
+
+class Listener(MessageListener):
+    def __init__(self, fail: dict[str, int]) -> None:
+        self.fail = fail
+        self.ok: set[str] = set()
+        self.attempts: dict[str, int] = {}
+        self.cond = threading.Condition()
+
+    def consume(self, message) -> ConsumeResult:
+        body = message.body.decode()
+        limit = self.fail.get(body, 0)
+        attempt = message.delivery_attempt or 0
+        failed = limit == -1 or attempt <= limit
+        emit("consumed", result="FAILURE" if failed else "SUCCESS", **message_fields(message))
+        with self.cond:
+            self.attempts[body] = self.attempts.get(body, 0) + 1
+            if not failed:
+                self.ok.add(message.message_id)
+            self.cond.notify_all()
+        return ConsumeResult.FAILURE if failed else ConsumeResult.SUCCESS
+
+
+def main() -> None:
+    cfg = config()
+    client_log_to_stderr()
+    listener = Listener({body: int(k) for body, k in cfg.get("fail", {}).items()})
+    always = [body for body, k in listener.fail.items() if k == -1]
+    consumer = PushConsumer(
+        ClientConfiguration(cfg["endpoints"], Credentials()),
+        cfg["group"],
+        listener,
+        {cfg["topic"]: FilterExpression(cfg.get("expression", "*"))},
+        consumption_thread_count=cfg.get("threads", 4),
+    )
+    consumer.startup()
+    emit("started", client_id=consumer.client_id, fifo=consumer.fifo)
+    deadline = time.monotonic() + cfg.get("deadline_s", 60)
+
+    def complete() -> bool:
+        return len(listener.ok) >= cfg["expect_ok"] and all(
+            listener.attempts.get(body, 0) >= cfg["max_attempts"] for body in always
+        )
+
+    with listener.cond:
+        while not complete() and time.monotonic() < deadline:
+            listener.cond.wait(0.2)
+    emit("done", complete=complete(), ok=len(listener.ok))
+    time.sleep(cfg.get("settle_s", 3))
+    finish([consumer], 0)
+
+
+if __name__ == "__main__":
+    main()

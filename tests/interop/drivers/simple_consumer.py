@@ -1,0 +1,80 @@
+"""Official SimpleConsumer: receive, ack, change-invisible-duration.
+
+argv[1] JSON: {"endpoints", "group", "subscriptions": {topic: tag_expression}, "expect": N,
+"invisible_s": 10, "await_s": 5, "batch": 16, "deadline_s": 40, "drain": true,
+"actions": {body: "nack:SECONDS" | "extend:SECONDS"}}.
+
+Receives until N distinct messages are acked (or the deadline passes). On a message's first delivery
+an action may apply: `nack:S` changes its invisible duration to S seconds and does not ack (it must come
+back with delivery_attempt 2); `extend:S` changes it to S seconds and then acks with the new receipt handle
+(it must never come back). With `drain`, one more long-polling receive checks that nothing else arrives.
+"""
+
+from __future__ import annotations
+
+import time
+
+from _common import client_log_to_stderr, config, emit, finish, message_fields
+from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
+
+
+def main() -> None:
+    cfg = config()
+    client_log_to_stderr()
+    subscription = {topic: FilterExpression(expr) for topic, expr in cfg["subscriptions"].items()}
+    consumer = SimpleConsumer(
+        ClientConfiguration(cfg["endpoints"], Credentials()),
+        cfg["group"],
+        subscription=subscription,
+        await_duration=cfg.get("await_s", 5),
+    )
+    consumer.startup()
+    emit("started", client_id=consumer.client_id)
+    actions: dict[str, str] = cfg.get("actions", {})
+    invisible = cfg.get("invisible_s", 10)
+    batch = cfg.get("batch", 16)
+    deadline = time.monotonic() + cfg.get("deadline_s", 40)
+    acked: set[str] = set()
+    code = 0
+
+    def handle(messages: list, drain: bool) -> None:
+        for message in messages:
+            emit("received", drain=drain, **message_fields(message))
+            action = actions.get(message.body.decode()) if message.delivery_attempt == 1 else None
+            if action is not None:
+                kind, _, seconds = action.partition(":")
+                before = message.receipt_handle
+                consumer.change_invisible_duration(message, int(seconds))
+                emit(
+                    "changed",
+                    id=message.message_id,
+                    seconds=int(seconds),
+                    new_handle=bool(message.receipt_handle) and message.receipt_handle != before,
+                )
+                if kind == "nack":
+                    continue
+            consumer.ack(message)
+            acked.add(message.message_id)
+            emit("acked", id=message.message_id, drain=drain)
+
+    try:
+        while len(acked) < cfg["expect"] and time.monotonic() < deadline:
+            try:
+                messages = consumer.receive(batch, invisible)
+            except Exception as exc:
+                emit("receive_error", error=repr(exc))
+                time.sleep(0.2)
+                continue
+            emit("receive_returned", count=len(messages))
+            handle(messages, drain=False)
+        emit("done", acked=len(acked))
+        if cfg.get("drain", True):
+            handle(consumer.receive(batch, invisible), drain=True)
+    except Exception as exc:
+        emit("error", error=repr(exc))
+        code = 1
+    finish([consumer], code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""Official Producer (normal, FIFO, delay, recall) -> thrust server -> official SimpleConsumers."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from tests.interop.harness import once_each, run, run_driver
+from thrust.testing import embedded_server
+
+pytestmark = pytest.mark.interop
+
+NORMAL, FIFO, DELAY = 1, 2, 3  # apache.rocketmq.v2.MessageType
+
+
+@pytest.mark.timeout(90, func_only=True)
+def test_normal_fifo_delay_producers(official_python: Path, tmp_path: Path) -> None:
+    messages: list[dict[str, object]] = []
+    for i in range(6):
+        messages.append(
+            {
+                "topic": "it-normal",
+                "body": f"normal-{i}",
+                "tag": "TagA" if i % 2 else "TagB",
+                "keys": [f"k{i}", "shared"],
+                "properties": {"seq": str(i)},
+            }
+        )
+    for i in range(5):
+        for group in ("g-a", "g-b", "g-c"):
+            messages.append({"topic": "it-fifo", "body": f"{group}-{i}", "group": group})
+    for i in range(3):
+        messages.append({"topic": "it-delay", "body": f"delay-{i}", "delay_s": 2})
+    # Recalled before it is due (RecallMessage): must never be delivered.
+    messages.append({"topic": "it-delay", "body": "recalled", "delay_s": 4, "recall": True})
+
+    async def scenario() -> None:
+        async with embedded_server(
+            topics=["it-normal:1", "it-fifo:1:FIFO", "it-delay:1:DELAY"],
+            groups=["it-plain", "it-ordered:fifo"],
+        ) as srv:
+            ep = srv.endpoints[0]
+            producer, plain, ordered = await asyncio.gather(
+                run_driver(
+                    "producer",
+                    {"endpoints": ep, "topics": ["it-normal", "it-fifo", "it-delay"], "messages": messages},
+                    home=tmp_path / "producer",
+                    within=40,
+                ),
+                run_driver(
+                    "simple_consumer",
+                    {
+                        "endpoints": ep,
+                        "group": "it-plain",
+                        "subscriptions": {"it-normal": "*", "it-delay": "*"},
+                        "expect": 9,
+                        "deadline_s": 35,
+                    },
+                    home=tmp_path / "plain",
+                    within=55,
+                ),
+                run_driver(
+                    "simple_consumer",
+                    {"endpoints": ep, "group": "it-ordered", "subscriptions": {"it-fifo": "*"}, "expect": 15},
+                    home=tmp_path / "ordered",
+                    within=55,
+                ),
+            )
+            for d in (producer, plain, ordered):
+                d.check()
+
+            sent = {e["index"]: e for e in producer.of("sent")}
+            assert len(sent) == len(messages), producer.describe()
+            by_body = {str(messages[i]["body"]): e for i, e in sent.items()}
+            [recall] = producer.of("recalled")
+            assert recall["recalled_id"] == by_body["recalled"]["id"]
+            assert by_body["recalled"]["recall_handle"], "delay messages carry a recall handle"
+
+            # Plain group: every normal and (non-recalled) delay message exactly once, nothing else.
+            expected_plain = {e["id"] for b, e in by_body.items() if b.startswith(("normal-", "delay-"))}
+            received = plain.of("received")
+            assert {e["id"] for e in received} == expected_plain, plain.describe()
+            assert once_each([e["id"] for e in received]) == {}, plain.describe()
+            assert set(plain.ids("acked")) == expected_plain
+            assert plain.of("received", drain=True) == []
+            for e in received:
+                assert e["attempt"] == 1 and not e["corrupted"], e
+                src = messages[next(i for i, s in sent.items() if s["id"] == e["id"])]
+                assert e["body"] == src["body"] and e["topic"] == src["topic"]
+                if e["topic"] == "it-normal":
+                    assert e["type"] == NORMAL
+                    assert e["tag"] == src["tag"] and e["keys"] == sorted(src["keys"])  # type: ignore[arg-type]
+                    assert e["properties"] == src["properties"]
+                else:
+                    due = by_body[e["body"]]["delivery_timestamp"]
+                    assert e["type"] == DELAY
+                    assert e["delivery_timestamp"] == due * 1000  # the client reports milliseconds
+                    assert e["t"] >= due, f"delay message delivered {due - e['t']:.2f}s early"
+
+            # FIFO group: every message once, in send order within each message group.
+            expected_fifo = {e["id"] for b, e in by_body.items() if b.startswith("g-")}
+            received = ordered.of("received")
+            assert {e["id"] for e in received} == expected_fifo, ordered.describe()
+            assert once_each([e["id"] for e in received]) == {}, ordered.describe()
+            assert ordered.of("received", drain=True) == []
+            for group in ("g-a", "g-b", "g-c"):
+                order = [e["body"] for e in received if e["group"] == group]
+                assert order == [f"{group}-{i}" for i in range(5)], ordered.describe()
+            assert all(e["type"] == FIFO and e["attempt"] == 1 for e in received)
+
+    run(scenario(), timeout=80)

@@ -1,0 +1,85 @@
+"""Official transactional Producer against thrust: commit, rollback, and the server-initiated check."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from tests.interop.harness import once_each, run, run_driver
+from thrust.testing import embedded_server
+
+pytestmark = pytest.mark.interop
+
+TRANSACTION = 4  # apache.rocketmq.v2.MessageType
+
+
+@pytest.mark.timeout(60, func_only=True)
+def test_commit_rollback_and_orphan_check(official_python: Path, tmp_path: Path) -> None:
+    transactions = [
+        {"body": "commit-0", "end": "commit"},
+        {"body": "commit-1", "end": "commit"},
+        {"body": "rollback-0", "end": "rollback"},
+        {"body": "rollback-1", "end": "rollback"},
+        # Left open: the server must send RecoverOrphanedTransactionCommand (reference 1.2, 7.7) and apply
+        # the checker's EndTransaction(source=SOURCE_SERVER_CHECK).
+        {"body": "orphan-commit-0", "end": "none", "check": "commit"},
+        {"body": "orphan-commit-1", "end": "none", "check": "commit"},
+        {"body": "orphan-rollback-0", "end": "none", "check": "rollback"},
+    ]
+    orphans = {t["body"] for t in transactions if t["end"] == "none"}
+    committed = {t["body"] for t in transactions if t["end"] == "commit" or t.get("check") == "commit"}
+
+    async def scenario() -> None:
+        async with embedded_server(
+            topics=["it-txn:1:TRANSACTION"],
+            groups=["it-txn-g"],
+            # First check 1 s after the half message; a repeat only after 10 s, so a second check inside
+            # this test would mean the server ignored the checker's answer.
+            transaction_check_after=1.0,
+            transaction_check_interval=10.0,
+        ) as srv:
+            ep = srv.endpoints[0]
+            producer, consumer = await asyncio.gather(
+                run_driver(
+                    "transaction",
+                    {"endpoints": ep, "topic": "it-txn", "transactions": transactions, "wait_checks_s": 20},
+                    home=tmp_path / "producer",
+                    within=40,
+                ),
+                run_driver(
+                    "simple_consumer",
+                    {
+                        "endpoints": ep,
+                        "group": "it-txn-g",
+                        "subscriptions": {"it-txn": "*"},
+                        "expect": len(committed),
+                        "deadline_s": 30,
+                    },
+                    home=tmp_path / "consumer",
+                    within=45,
+                ),
+            )
+            producer.check()
+            consumer.check()
+            sent = {e["body"]: e for e in producer.of("sent")}
+            assert set(sent) == {t["body"] for t in transactions}
+            assert all(e["transaction_id"] for e in sent.values()), "SendResultEntry.transaction_id is set"
+            assert producer.of("checks_done")[0]["complete"], producer.describe()
+
+            checks = producer.of("check")
+            assert sorted(e["body"] for e in checks) == sorted(orphans), producer.describe()
+            for e in checks:
+                assert e["id"] == sent[e["body"]]["id"] and e["topic"] == "it-txn"
+
+            received = consumer.of("received")
+            assert {e["body"] for e in received} == committed, consumer.describe()
+            assert {e["id"] for e in received} == {sent[b]["id"] for b in committed}
+            assert once_each([e["id"] for e in received]) == {}, consumer.describe()
+            assert consumer.of("received", drain=True) == []
+            assert all(e["type"] == TRANSACTION and e["attempt"] == 1 for e in received)
+            stored = {m.message_id for m in srv.brokers[0].messages("it-txn")}
+            assert stored == {sent[b]["id"] for b in committed}, "rolled-back messages never become visible"
+
+    run(scenario(), timeout=55)
