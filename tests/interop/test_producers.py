@@ -42,7 +42,7 @@ def test_normal_fifo_delay_producers(official_python: Path, tmp_path: Path) -> N
             groups=["it-plain", "it-ordered:fifo"],
         ) as srv:
             ep = srv.endpoints[0]
-            producer, plain, ordered = await asyncio.gather(
+            producer, plain, ordered, tagged, sql = await asyncio.gather(
                 run_driver(
                     "producer",
                     {"endpoints": ep, "topics": ["it-normal", "it-fifo", "it-delay"], "messages": messages},
@@ -67,8 +67,31 @@ def test_normal_fifo_delay_producers(official_python: Path, tmp_path: Path) -> N
                     home=tmp_path / "ordered",
                     within=55,
                 ),
+                # Server-side filters (reference 7.5 step 4): a tag expression and an SQL92 one.
+                run_driver(
+                    "simple_consumer",
+                    {
+                        "endpoints": ep,
+                        "group": "it-tagged",
+                        "subscriptions": {"it-normal": "TagA"},
+                        "expect": 3,
+                    },
+                    home=tmp_path / "tagged",
+                    within=55,
+                ),
+                run_driver(
+                    "simple_consumer",
+                    {
+                        "endpoints": ep,
+                        "group": "it-sql",
+                        "subscriptions": {"it-normal": "sql:seq = '0' OR seq = '4'"},
+                        "expect": 2,
+                    },
+                    home=tmp_path / "sql",
+                    within=55,
+                ),
             )
-            for d in (producer, plain, ordered):
+            for d in (producer, plain, ordered, tagged, sql):
                 d.check()
 
             sent = {e["index"]: e for e in producer.of("sent")}
@@ -109,5 +132,14 @@ def test_normal_fifo_delay_producers(official_python: Path, tmp_path: Path) -> N
                 order = [e["body"] for e in received if e["group"] == group]
                 assert order == [f"{group}-{i}" for i in range(5)], ordered.describe()
             assert all(e["type"] == FIFO and e["attempt"] == 1 for e in received)
+
+            # Filtered groups get exactly the matching messages.
+            for driver, wanted in (
+                (tagged, {"normal-1", "normal-3", "normal-5"}),
+                (sql, {"normal-0", "normal-4"}),
+            ):
+                received = driver.of("received")
+                assert sorted(e["body"] for e in received) == sorted(wanted), driver.describe()
+                assert {e["id"] for e in received} == {by_body[b]["id"] for b in wanted}
 
     run(scenario(), timeout=80)

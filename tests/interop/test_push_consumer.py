@@ -88,3 +88,64 @@ def test_push_consumer_retries_and_dead_letters(official_python: Path, tmp_path:
                 assert b.backlog("it-push", "it-push-g") == 0
 
     run(scenario(), timeout=55)
+
+
+@pytest.mark.timeout(60, func_only=True)
+def test_fifo_push_consumer_local_retries_and_forward_to_dlq(official_python: Path, tmp_path: Path) -> None:
+    groups = {"A": [f"A-{i}" for i in range(5)], "B": [f"B-{i}" for i in range(5)]}
+    # FIFO: the official client retries locally (no redelivery) and, when attempts run out, calls
+    # ForwardMessageToDeadLetterQueue itself (reference 6.2 step 8, 7.7).
+    fail = {"A-1": 1, "B-2": -1}
+    group = GroupSpec(
+        "it-fifo-push-g", fifo=True, retry=RetryPolicy(max_attempts=MAX_ATTEMPTS, customized=(1.0, 1.0, 1.0))
+    )
+    messages = [{"topic": "it-fifo-push", "body": b, "group": g} for g, bs in groups.items() for b in bs]
+
+    async def scenario() -> None:
+        async with embedded_server(topics=["it-fifo-push:2:FIFO"], groups=[group]) as srv:
+            ep = srv.endpoints[0]
+            producer = await run_driver(
+                "producer",
+                {"endpoints": ep, "topics": ["it-fifo-push"], "messages": messages},
+                home=tmp_path / "producer",
+                within=30,
+            )
+            producer.check()
+            consumer = await run_driver(
+                "push_consumer",
+                {
+                    "endpoints": ep,
+                    "group": "it-fifo-push-g",
+                    "topic": "it-fifo-push",
+                    "expect_ok": len(messages) - 1,
+                    "fail": fail,
+                    "max_attempts": MAX_ATTEMPTS,
+                    "deadline_s": 30,
+                    "settle_s": 2,
+                },
+                home=tmp_path / "consumer",
+                within=45,
+            )
+            consumer.check()
+            assert consumer.of("started")[0]["fifo"] is True, "Settings.subscription.fifo reached the client"
+            assert consumer.of("done")[0]["complete"], consumer.describe()
+            sent = {messages[e["index"]]["body"]: e["id"] for e in producer.of("sent")}
+            calls = consumer.of("consumed")
+            assert {e["id"] for e in calls} == set(sent.values()), consumer.describe()
+            # Per message group, strictly sequential: a message is retried until it succeeds or is
+            # dead-lettered before the next one of its group is consumed.
+            expected_calls = {
+                "A": ["A-0", "A-1", "A-1", "A-2", "A-3", "A-4"],
+                "B": ["B-0", "B-1"] + ["B-2"] * MAX_ATTEMPTS + ["B-3", "B-4"],
+            }
+            for g, expected in expected_calls.items():
+                assert [e["body"] for e in calls if e["group"] == g] == expected, consumer.describe()
+            assert all(e["type"] == 2 for e in calls)  # FIFO
+
+            dlq = [m for b in srv.brokers for m in b.messages("%DLQ%it-fifo-push-g")]
+            assert [m.dead_letter_of for m in dlq] == [("it-fifo-push", sent["B-2"])]
+            for b in srv.brokers:
+                assert b.inflight("it-fifo-push-g", "it-fifo-push") == 0
+                assert b.backlog("it-fifo-push", "it-fifo-push-g") == 0
+
+    run(scenario(), timeout=55)

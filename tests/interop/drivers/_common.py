@@ -22,6 +22,13 @@ def config() -> dict[str, Any]:
     return cfg
 
 
+def client_configuration(cfg: dict[str, Any]) -> Any:
+    """ClientConfiguration from `endpoints` and optional `ak`/`sk` (MQv2-HMAC-SHA1 signing)."""
+    from rocketmq import ClientConfiguration, Credentials
+
+    return ClientConfiguration(cfg["endpoints"], Credentials(cfg.get("ak", ""), cfg.get("sk", "")))
+
+
 def emit(event: str, **fields: Any) -> None:
     line = json.dumps({"event": event, "t": time.time(), **fields}, sort_keys=True)
     with _lock:

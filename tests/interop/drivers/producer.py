@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import time
 
-from _common import client_log_to_stderr, config, emit, finish
-from rocketmq import ClientConfiguration, Credentials, Message, Producer
+from _common import client_configuration, client_log_to_stderr, config, emit, finish
+from rocketmq import Message, Producer
 
 
 def main() -> None:
     cfg = config()
     client_log_to_stderr()
-    producer = Producer(ClientConfiguration(cfg["endpoints"], Credentials()), topics=cfg["topics"])
+    producer = Producer(client_configuration(cfg), topics=cfg["topics"])
     producer.startup()
     emit("started", client_id=producer.client_id)
     code = 0

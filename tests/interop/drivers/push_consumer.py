@@ -3,10 +3,12 @@
 argv[1] JSON: {"endpoints", "group", "topic", "expression": "*", "expect_ok": N, "fail": {body: K},
 "max_attempts": M, "deadline_s": 60, "settle_s": 3, "threads": 4}.
 
-The listener returns FAILURE for a message whose body is in `fail` while its delivery_attempt <= K
-(K = -1: always), SUCCESS otherwise. Runs until N distinct messages were consumed successfully and every
-always-failing message was seen M times, then waits `settle_s` for anything unexpected. Emits `consumed`
-for every listener call (with attempt and result), then `exit`.
+The listener returns FAILURE for the first K calls for a message whose body is in `fail` (K = -1:
+always), SUCCESS otherwise. Calls are counted per body, not by delivery_attempt, because the FIFO
+consumption of the official client retries locally without a new delivery (reference 6.2 step 8).
+Runs until N distinct messages were consumed successfully and every always-failing message was seen
+M times, then waits `settle_s` for anything unexpected. Emits `consumed` for every listener call (with
+the call number, delivery attempt and result), then `exit`.
 """
 
 from __future__ import annotations
@@ -14,11 +16,9 @@ from __future__ import annotations
 import threading
 import time
 
-from _common import client_log_to_stderr, config, emit, finish, message_fields
+from _common import client_configuration, client_log_to_stderr, config, emit, finish, message_fields
 from rocketmq import (
-    ClientConfiguration,
     ConsumeResult,
-    Credentials,
     FilterExpression,
     MessageListener,
     PushConsumer,
@@ -35,11 +35,10 @@ class Listener(MessageListener):
     def consume(self, message) -> ConsumeResult:
         body = message.body.decode()
         limit = self.fail.get(body, 0)
-        attempt = message.delivery_attempt or 0
-        failed = limit == -1 or attempt <= limit
-        emit("consumed", result="FAILURE" if failed else "SUCCESS", **message_fields(message))
         with self.cond:
-            self.attempts[body] = self.attempts.get(body, 0) + 1
+            call = self.attempts[body] = self.attempts.get(body, 0) + 1
+            failed = limit == -1 or call <= limit
+            emit("consumed", result="FAILURE" if failed else "SUCCESS", call=call, **message_fields(message))
             if not failed:
                 self.ok.add(message.message_id)
             self.cond.notify_all()
@@ -52,7 +51,7 @@ def main() -> None:
     listener = Listener({body: int(k) for body, k in cfg.get("fail", {}).items()})
     always = [body for body, k in listener.fail.items() if k == -1]
     consumer = PushConsumer(
-        ClientConfiguration(cfg["endpoints"], Credentials()),
+        client_configuration(cfg),
         cfg["group"],
         listener,
         {cfg["topic"]: FilterExpression(cfg.get("expression", "*"))},

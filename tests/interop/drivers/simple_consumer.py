@@ -1,6 +1,6 @@
 """Official SimpleConsumer: receive, ack, change-invisible-duration.
 
-argv[1] JSON: {"endpoints", "group", "subscriptions": {topic: tag_expression}, "expect": N,
+argv[1] JSON: {"endpoints", "group", "subscriptions": {topic: tag expression | "sql:<SQL92>"}, "expect": N,
 "invisible_s": 10, "await_s": 5, "batch": 16, "deadline_s": 40, "drain": true,
 "actions": {body: "nack:SECONDS" | "extend:SECONDS"}}.
 
@@ -14,16 +14,22 @@ from __future__ import annotations
 
 import time
 
-from _common import client_log_to_stderr, config, emit, finish, message_fields
-from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
+from _common import client_configuration, client_log_to_stderr, config, emit, finish, message_fields
+from rocketmq import FilterExpression, SimpleConsumer
+from rocketmq.grpc_protocol import FilterType
 
 
 def main() -> None:
     cfg = config()
     client_log_to_stderr()
-    subscription = {topic: FilterExpression(expr) for topic, expr in cfg["subscriptions"].items()}
+    subscription = {
+        topic: FilterExpression(expr[4:], FilterType.SQL)
+        if expr.startswith("sql:")
+        else FilterExpression(expr)
+        for topic, expr in cfg["subscriptions"].items()
+    }
     consumer = SimpleConsumer(
-        ClientConfiguration(cfg["endpoints"], Credentials()),
+        client_configuration(cfg),
         cfg["group"],
         subscription=subscription,
         await_duration=cfg.get("await_s", 5),

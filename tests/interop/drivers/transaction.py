@@ -13,10 +13,8 @@ from __future__ import annotations
 import threading
 import time
 
-from _common import client_log_to_stderr, config, emit, finish
+from _common import client_configuration, client_log_to_stderr, config, emit, finish
 from rocketmq import (
-    ClientConfiguration,
-    Credentials,
     Message,
     Producer,
     TransactionChecker,
@@ -47,9 +45,7 @@ def main() -> None:
     client_log_to_stderr()
     specs = cfg["transactions"]
     checker = Checker({spec["body"]: spec.get("check", "rollback") for spec in specs})
-    producer = Producer(
-        ClientConfiguration(cfg["endpoints"], Credentials()), topics=[cfg["topic"]], checker=checker
-    )
+    producer = Producer(client_configuration(cfg), topics=[cfg["topic"]], checker=checker)
     producer.startup()
     emit("started", client_id=producer.client_id)
     code = 0
