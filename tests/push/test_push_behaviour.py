@@ -278,3 +278,44 @@ def test_several_topics_with_tag_filters_and_an_async_listener() -> None:
             assert running["peak"] == 5
 
     run(main())
+
+
+def test_receive_errors_back_off_reuse_the_attempt_id_and_several_receives_run_per_queue() -> None:
+    async def main() -> None:
+        async with embedded_server(topics=["t:1"], groups=["g"]) as srv:
+            ep = srv.endpoints[0]
+            consumer = PushConsumer(
+                endpoints=ep,
+                group="g",
+                subscriptions={"t": "*"},
+                listener=lambda m: ConsumeResult.SUCCESS,
+                receives_per_queue=3,
+            )
+            async with Producer(endpoints=ep, topics=["t"]) as producer, consumer:
+                session = consumer.session
+                attempts: list[tuple[str, str]] = []
+                receive = session.receive
+
+                async def spy(endpoint: object, request: object, *, timeout: float) -> object:  # noqa: ASYNC109
+                    attempts.append((request.attempt_id, ""))  # type: ignore[attr-defined]
+                    try:
+                        return await receive(endpoint, request, timeout=timeout)  # type: ignore[arg-type]
+                    except Exception as exc:
+                        attempts[-1] = (attempts[-1][0], type(exc).__name__)
+                        raise
+
+                session.receive = spy  # type: ignore[method-assign]
+                srv.faults.fail_next("ReceiveMessage", "TOO_MANY_REQUESTS", 3)
+                await until(lambda: consumer.stats().receive_failures == 3)
+                await ready(consumer)
+                failed = [a for a, err in attempts if err]
+                assert len(failed) == 3
+                # A failed receive's attempt id is reused by the next one (reference §1.1 field 8).
+                after = [a for a, _ in attempts[1:4]]
+                assert failed[0] in after
+                # Once message sizes are known, several receives run at once on one queue.
+                await send_all(producer, [Message(topic="t", body=b"x") for _ in range(40)])
+                await until(lambda: consumer.stats().acked == 40)
+                await until(lambda: consumer.stats().queues[0].receives_in_flight == 3)
+
+    run(main())
