@@ -64,16 +64,19 @@ def _read_log(home: Path) -> str:
     return path.read_text(errors="replace") if path.exists() else ""
 
 
-async def run_driver(name: str, cfg: dict[str, Any], *, home: Path, within: float) -> DriverRun:
+async def run_driver(
+    name: str, cfg: dict[str, Any], *, home: Path, within: float, env: dict[str, str] | None = None
+) -> DriverRun:
     """Run drivers/<name>.py with `cfg` in the official client's venv, killed after `within` seconds.
 
     Never raises on driver failure: the caller asserts on the returned `DriverRun` (`check()`).
     """
     python = ensure_venv()  # normally already built by the session fixture
     await asyncio.to_thread(home.mkdir, parents=True, exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    child_env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
     # The official client logs under ~/logs/rocketmq_python; a per-driver HOME keeps runs apart.
-    env.update(HOME=str(home), PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1")
+    child_env.update(HOME=str(home), PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1")
+    child_env.update(env or {})
     proc = await asyncio.create_subprocess_exec(
         str(python),
         str(DRIVERS / f"{name}.py"),
@@ -81,7 +84,7 @@ async def run_driver(name: str, cfg: dict[str, Any], *, home: Path, within: floa
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         stdin=asyncio.subprocess.DEVNULL,
-        env=env,
+        env=child_env,
         cwd=str(DRIVERS),
     )
     timed_out = False

@@ -23,7 +23,11 @@ def config() -> dict[str, Any]:
 
 
 def client_configuration(cfg: dict[str, Any]) -> Any:
-    """ClientConfiguration from `endpoints` and optional `ak`/`sk` (MQv2-HMAC-SHA1 signing)."""
+    """ClientConfiguration from `endpoints` and optional `ak`/`sk` (MQv2-HMAC-SHA1 signing).
+
+    With `"tls": true` the driver passes `tls_enable=True`; the client then uses
+    `grpc.ssl_channel_credentials()`, whose roots come from GRPC_DEFAULT_SSL_ROOTS_FILE_PATH.
+    """
     from rocketmq import ClientConfiguration, Credentials
 
     return ClientConfiguration(cfg["endpoints"], Credentials(cfg.get("ak", ""), cfg.get("sk", "")))

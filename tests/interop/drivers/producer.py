@@ -1,8 +1,9 @@
 """Official Producer: normal, FIFO (message_group) and delay (delivery_timestamp) messages, recall.
 
-argv[1] JSON: {"endpoints": "host:port", "topics": [...], "messages": [{"topic", "body", "tag"?, "keys"?,
-"properties"?, "group"?, "delay_s"?, "recall"?}]}. Emits `sent` per message (with the index in
-`messages`), `recalled` for messages with `recall`, then `exit`.
+argv[1] JSON: {"endpoints": "host:port", "tls"?: bool, "topics": [...],
+"messages": [{"topic", "body", "tag"?, "keys"?, "properties"?, "group"?, "delay_s"?, "recall"?}]}.
+Emits `sent` per message (with the index in `messages`), `recalled` for messages with `recall`, then
+`exit`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from rocketmq import Message, Producer
 def main() -> None:
     cfg = config()
     client_log_to_stderr()
-    producer = Producer(client_configuration(cfg), topics=cfg["topics"])
+    producer = Producer(client_configuration(cfg), topics=cfg["topics"], tls_enable=cfg.get("tls", False))
     producer.startup()
     emit("started", client_id=producer.client_id)
     code = 0

@@ -1,7 +1,7 @@
 """Official SimpleConsumer: receive, ack, change-invisible-duration.
 
-argv[1] JSON: {"endpoints", "group", "subscriptions": {topic: tag expression | "sql:<SQL92>"}, "expect": N,
-"invisible_s": 10, "await_s": 5, "batch": 16, "deadline_s": 40, "drain": true,
+argv[1] JSON: {"endpoints", "tls"?, "group", "subscriptions": {topic: tag expression | "sql:<SQL92>"},
+"expect": N, "invisible_s": 10, "await_s": 5, "batch": 16, "deadline_s": 40, "drain": true,
 "actions": {body: "nack:SECONDS" | "extend:SECONDS"}}.
 
 Receives until N distinct messages are acked (or the deadline passes). On a message's first delivery
@@ -33,6 +33,7 @@ def main() -> None:
         cfg["group"],
         subscription=subscription,
         await_duration=cfg.get("await_s", 5),
+        tls_enable=cfg.get("tls", False),
     )
     consumer.startup()
     emit("started", client_id=consumer.client_id)
