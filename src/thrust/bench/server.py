@@ -8,6 +8,7 @@ print its summary before it stops the server itself.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import subprocess
@@ -17,8 +18,9 @@ import threading
 import time
 from collections.abc import Sequence
 from types import TracebackType
+from typing import Any, Self
 
-__all__ = ["BenchServer"]
+__all__ = ["BenchServer", "ControlServer"]
 
 _LISTENING = re.compile(rb"listening on (\S+):(\d+)")
 
@@ -27,15 +29,19 @@ class BenchServer:
     """`python -m thrust.cli.main serve --port 0 ARGS...`; `endpoints` once it listens."""
 
     def __init__(self, args: Sequence[str] = (), *, brokers: int = 1, startup_timeout: float = 30.0) -> None:
-        self._log = tempfile.TemporaryFile()
         cmd = [sys.executable, "-m", "thrust.cli.main", "serve", "--host", "127.0.0.1", "--port", "0"]
         cmd += ["--brokers", str(brokers), *args]
+        self._spawn(cmd, brokers, startup_timeout, stdin=subprocess.DEVNULL)
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _spawn(self, cmd: list[str], brokers: int, startup_timeout: float, *, stdin: int) -> None:
+        self._log = tempfile.TemporaryFile()
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         self.process = subprocess.Popen(
             cmd,
             stdout=subprocess.PIPE,
             stderr=self._log,
-            stdin=subprocess.DEVNULL,
+            stdin=stdin,
             env=env,
             start_new_session=True,
         )
@@ -54,7 +60,6 @@ class BenchServer:
             if time.monotonic() > deadline:
                 self.close()
                 raise RuntimeError("thrust serve did not start in time")
-        threading.Thread(target=self._drain, daemon=True).start()
 
     @property
     def pid(self) -> int:
@@ -74,6 +79,9 @@ class BenchServer:
         return ""
 
     def close(self) -> None:
+        if self.process.stdin is not None:
+            with contextlib.suppress(OSError):
+                self.process.stdin.close()
         if self.process.poll() is None:
             self.process.terminate()
             try:
@@ -86,10 +94,33 @@ class BenchServer:
                 self.process.stdout.close()
         self._log.close()
 
-    def __enter__(self) -> BenchServer:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+class ControlServer(BenchServer):
+    """`thrust.bench.control_server` in a child process: the embedded server plus a JSON command channel
+    (faults, backlog fill, counters, CPU time) on its stdin/stdout."""
+
+    def __init__(self, spec: dict[str, Any], *, startup_timeout: float = 30.0) -> None:
+        cmd = [sys.executable, "-m", "thrust.bench.control_server", json.dumps(spec)]
+        self._spawn(cmd, int(spec.get("brokers", 1)), startup_timeout, stdin=subprocess.PIPE)
+
+    def command(self, op: str, **fields: Any) -> dict[str, Any]:
+        """Send one command and wait for its reply (blocking; takes well under a millisecond when idle)."""
+        stdin, stdout = self.process.stdin, self.process.stdout
+        assert stdin is not None and stdout is not None
+        stdin.write((json.dumps({"op": op, **fields}) + "\n").encode())
+        stdin.flush()
+        line = stdout.readline()
+        if not line:
+            raise RuntimeError(f"control server exited:\n{self.log()}")
+        reply: dict[str, Any] = json.loads(line)
+        if "error" in reply:
+            raise RuntimeError(f"control server: {reply['error']}")
+        return reply

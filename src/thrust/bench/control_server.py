@@ -1,0 +1,160 @@
+"""The embedded server for `thrust bench`, in a process of its own, steered over stdin/stdout.
+
+    python -m thrust.bench.control_server '{"brokers": 1, "topics": ["t:4"], "groups": ["g"]}'
+
+It prints one `listening on HOST:PORT` line per broker, then answers one JSON line per JSON command
+read from stdin:
+
+- `{"op": "fault", "kind": "latency", "spec": "ReceiveMessage:0.002"}`: a `thrust serve --fault-*` flag
+- `{"op": "fill", "topic": "t", "count": 10000, "size": 64}`: store a backlog directly (no RPCs, so the
+  prefill costs the run nothing); the messages are spread over the queues and brokers
+- `{"op": "expire", "message_ids": [...]}`: their receipt handles answer INVALID_RECEIPT_HANDLE
+- `{"op": "stats"}` / `{"op": "reset"}`: the call and entry counters; `{"op": "cpu"}`: own CPU seconds
+- `{"op": "clear"}`: remove every fault
+
+The server runs in its own process so that it never competes with the measured client for the GIL, and
+so that its own CPU use can be read (`cpu`) to show whether it limited a run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from thrust._codec.ids import new_message_id
+from thrust.server.app import ServerConfig, parse_group, parse_topic
+from thrust.server.core.model import InboundMessage, MessageType
+from thrust.server.faults import Faults, apply_fault_flag
+from thrust.server.service import EmbeddedServer
+
+__all__ = ["main"]
+
+
+class _CountingFaults(Faults):
+    """Also counts the acks answered INVALID_RECEIPT_HANDLE by `expire` (seed 000 item 4: how often a
+    client retries a handle that can never succeed)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.expired_hits = 0
+
+    def handle_expired(self, receipt_handle: str, message_id: str) -> bool:
+        hit = super().handle_expired(receipt_handle, message_id)
+        if hit:
+            self.expired_hits += 1
+        return hit
+
+
+def _fill(server: EmbeddedServer, topic: str, count: int, size: int, tag: str | None) -> list[str]:
+    body = b"x" * max(1, size)
+    now = time.time()
+    brokers = server.brokers
+    sent = 0
+    ids: list[str] = []
+    batch = 32  # one request's worth: each request goes to the next queue round-robin
+    i = 0
+    while sent < count:
+        n = min(batch, count - sent)
+        messages = [
+            InboundMessage(
+                topic=topic,
+                body=body,
+                message_id=new_message_id(),
+                tag=tag,
+                keys=(),
+                properties={},
+                message_type=MessageType.NORMAL,
+                message_group=None,
+                delivery_timestamp=None,
+                born_timestamp=now,
+                born_host="bench",
+            )
+            for _ in range(n)
+        ]
+        brokers[i % len(brokers)].send(messages, now)
+        if count <= 10_000:
+            ids.extend(m.message_id for m in messages)
+        sent += n
+        i += 1
+    return ids
+
+
+async def _serve(spec: dict[str, Any]) -> None:
+    config = ServerConfig(
+        host="127.0.0.1",
+        port=0,
+        brokers=int(spec.get("brokers", 1)),
+        auto_create_topics=True,
+        default_queues=int(spec.get("default_queues", 4)),
+        topics=tuple(parse_topic(t) for t in spec.get("topics", ())),
+        groups=tuple(parse_group(g) for g in spec.get("groups", ())),
+    )
+    faults = _CountingFaults()
+    server = EmbeddedServer(config, faults=faults)
+    for kind, flag in spec.get("faults", ()):
+        apply_fault_flag(server.faults, kind, flag)
+    await server.start()
+    for endpoint in server.endpoints:
+        print(f"listening on {endpoint}", flush=True)
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    try:
+        while True:
+            line = await reader.readline()
+            if not line:
+                break
+            try:
+                reply = _command(server, json.loads(line))
+            except Exception as exc:
+                reply = {"error": f"{type(exc).__name__}: {exc}"}
+            print(json.dumps(reply), flush=True)
+    finally:
+        await server.stop(grace=None)
+
+
+def _command(server: EmbeddedServer, cmd: dict[str, Any]) -> dict[str, Any]:
+    op = cmd.get("op")
+    stats = server.stats
+    if op == "stats":
+        return {
+            "calls": dict(stats.calls),
+            "entries": dict(stats.entries),
+            "injected": dict(stats.injected),
+            "expired_hits": getattr(server.faults, "expired_hits", 0),
+        }
+    if op == "reset":
+        stats.reset()
+        return {"ok": True}
+    if op == "fault":
+        apply_fault_flag(server.faults, cmd["kind"], cmd["spec"])
+        return {"ok": True}
+    if op == "clear":
+        server.faults.clear()
+        return {"ok": True}
+    if op == "expire":
+        server.faults.expire_messages(*cmd["message_ids"])
+        return {"ok": True}
+    if op == "fill":
+        ids = _fill(server, cmd["topic"], int(cmd["count"]), int(cmd.get("size", 64)), cmd.get("tag"))
+        return {"ok": True, "ids": ids}
+    if op == "cpu":
+        t = os.times()
+        return {"cpu": t.user + t.system}
+    return {"error": f"unknown op {op!r}"}
+
+
+def main() -> None:
+    spec = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
+    try:
+        asyncio.run(_serve(spec))
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

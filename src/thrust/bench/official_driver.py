@@ -1,0 +1,151 @@
+# mypy: ignore-errors
+"""`thrust bench --client official`: the official rocketmq-python-client 5.1.2, driven through its public
+API only. Runs in the official client's own venv (its generated protobuf modules register the same
+package as thrust's, so the two never share a process); it never imports thrust.
+
+argv[1] is a JSON config: {"endpoints", "group", "topics": [...], "threads", "listener_sleep" (s),
+"warmup" (s), "window" (s), "timer" (bool), "first_timeout" (s)}. It prints JSON lines on stdout:
+`started`, `window_start`, `window_end` (consumed in the window, per topic, peak concurrent listener
+calls, p99 lateness of a 10 ms timer on an asyncio loop in the main thread), then exits without waiting
+for the client's threads (its shutdown is bounded separately).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import os
+import sys
+import threading
+import time
+
+_lock = threading.Lock()
+
+
+def emit(event, **fields):
+    with _lock:
+        sys.stdout.write(json.dumps({"event": event, "t": time.time(), **fields}) + "\n")
+        sys.stdout.flush()
+
+
+class Counters:
+    def __init__(self, topics):
+        self.per_topic = {t: itertools.count() for t in topics}
+        self.total = itertools.count()
+        self.lock = threading.Lock()
+        self.running = 0
+        self.peak = 0
+
+    def snapshot(self):
+        # itertools.count: reading by copying its repr is racy; advance a private copy instead
+        return {t: _value(c) for t, c in self.per_topic.items()}
+
+
+def _value(counter):
+    return int(repr(counter)[6:-1])
+
+
+async def _timer(stop, samples):
+    loop = asyncio.get_running_loop()
+    while not stop.is_set():
+        t = loop.time()
+        await asyncio.sleep(0.01)
+        samples.append((loop.time() - t - 0.01) * 1000.0)
+
+
+def main():
+    cfg = json.loads(sys.argv[1])
+    from rocketmq import (
+        ClientConfiguration,
+        ConsumeResult,
+        Credentials,
+        FilterExpression,
+        MessageListener,
+        PushConsumer,
+    )
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.ERROR)
+    logging.getLogger("rocketmq-python-client").addHandler(handler)
+    topics = cfg["topics"]
+    counters = Counters(topics)
+    sleep = float(cfg.get("listener_sleep", 0.0))
+
+    class Listener(MessageListener):
+        def consume(self, message):
+            with counters.lock:
+                counters.running += 1
+                if counters.running > counters.peak:
+                    counters.peak = counters.running
+            try:
+                if sleep > 0:
+                    time.sleep(sleep)
+                next(counters.per_topic[message.topic])
+                return ConsumeResult.SUCCESS
+            finally:
+                with counters.lock:
+                    counters.running -= 1
+
+    consumer = PushConsumer(
+        ClientConfiguration(cfg["endpoints"], Credentials()),
+        cfg["group"],
+        Listener(),
+        {t: FilterExpression("*") for t in topics},
+        consumption_thread_count=int(cfg.get("threads", 20)),
+    )
+    consumer.startup()
+    emit("started")
+    deadline = time.monotonic() + float(cfg.get("first_timeout", 30.0))
+    while sum(counters.snapshot().values()) == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(float(cfg.get("warmup", 1.0)))
+    with counters.lock:
+        counters.peak = counters.running
+    before = counters.snapshot()
+    t0 = time.monotonic()
+    emit("window_start", consumed=sum(before.values()))
+    samples = []
+    if cfg.get("timer"):
+
+        async def timed():
+            stop = asyncio.Event()
+            task = asyncio.create_task(_timer(stop, samples))
+            await asyncio.sleep(float(cfg["window"]))
+            stop.set()
+            await task
+
+        asyncio.run(timed())
+    else:
+        time.sleep(float(cfg["window"]))
+    after = counters.snapshot()
+    seconds = time.monotonic() - t0
+    per_topic = {t: after[t] - before[t] for t in topics}
+    samples.sort()
+    p99 = samples[min(len(samples) - 1, int(len(samples) * 0.99))] if samples else None
+    emit(
+        "window_end",
+        seconds=seconds,
+        consumed=sum(per_topic.values()),
+        per_topic=per_topic,
+        peak=counters.peak,
+        timer_p99_ms=p99,
+    )
+
+    def shutdown():
+        try:
+            consumer.shutdown()
+        except Exception:
+            pass
+
+    worker = threading.Thread(target=shutdown, daemon=True)
+    worker.start()
+    worker.join(5.0)
+    emit("exit")
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

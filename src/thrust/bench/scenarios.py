@@ -1,0 +1,628 @@
+"""The named scenarios of `thrust bench` (seed 000's table, plus seeds 003 and 004), the raw gRPC ceiling,
+and the server's own ceiling.
+
+Every scenario runs against a fresh embedded server in a child process (`ControlServer`), with the
+fault and latency injection the scenario names, and a backlog stored directly in the broker so that
+the prefill costs the measured run nothing. The thrust side runs in this process; the official side
+runs `official_driver.py` in the official client's venv against the same kind of server. Acked counts
+and RPC counts are read from the server's counters, the same way for both clients.
+
+On the embedded server (like the proxy, reference 7.4) a non-FIFO group is assigned one "acting queue"
+per broker, so "N queues" in a scenario means N brokers with one queue each: N assignments, N process
+queues in the consumer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import io
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from thrust.bench.server import ControlServer
+from thrust.message import ConsumeResult, ReceivedMessage
+
+__all__ = [
+    "SCENARIOS",
+    "Context",
+    "Row",
+    "Scenario",
+    "official_python",
+]
+
+GROUP = "bench"
+_OFFICIAL = "rocketmq-python-client==5.1.2"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Row:
+    """One table row: a metric of a scenario."""
+
+    key: str
+    label: str
+    higher_is_better: bool = True
+    digits: int = 0
+
+
+@dataclasses.dataclass(slots=True)
+class Context:
+    duration: float = 10.0
+    warmup: float = 1.0
+    official_python: str | None = None
+    log: Callable[[str], None] = lambda _text: None
+
+
+Runner = Callable[[Context], Awaitable[dict[str, float]]]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Scenario:
+    id: str
+    title: str
+    rows: tuple[Row, ...]
+    thrust: Runner | str  # a str: why thrust cannot run it here
+    official: Runner | str  # a str: why the official client cannot express it
+
+
+# ---------------------------------------------------------------------------------------------------
+# the official client's venv
+
+
+def official_python() -> str:
+    """The python of the official client's venv (`THRUST_INTEROP_VENV` or `./.interop-venv`), built
+    with pip on first use (rocketmq-python-client==5.1.2, pinned like the interop tests)."""
+    venv = Path(os.environ.get("THRUST_INTEROP_VENV", Path.cwd() / ".interop-venv"))
+    python = venv / "bin" / "python"
+    probe = [str(python), "-c", "import rocketmq; from rocketmq import PushConsumer"]
+    if python.exists() and subprocess.run(probe, capture_output=True, check=False).returncode == 0:
+        return str(python)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run(
+        [*(str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"), _OFFICIAL],
+        check=True,
+    )
+    return str(python)
+
+
+# ---------------------------------------------------------------------------------------------------
+# the thrust push consumer, measured over a window
+
+
+class _Counts:
+    """Listener-side counters, safe from the consumption threads."""
+
+    def __init__(self, topics: list[str]) -> None:
+        self.per_topic = {t: 0 for t in topics}
+        self.lock = threading.Lock()
+        self.running = 0
+        self.peak = 0
+
+    def enter(self, topic: str) -> None:
+        with self.lock:
+            self.running += 1
+            if self.running > self.peak:
+                self.peak = self.running
+
+    def leave(self, topic: str) -> None:
+        with self.lock:
+            self.running -= 1
+            self.per_topic[topic] += 1
+
+    def snapshot(self) -> dict[str, int]:
+        with self.lock:
+            return dict(self.per_topic)
+
+
+async def _timer(stop: asyncio.Event, samples: list[float]) -> None:
+    loop = asyncio.get_running_loop()
+    while not stop.is_set():
+        t = loop.time()
+        await asyncio.sleep(0.01)
+        samples.append((loop.time() - t - 0.01) * 1000.0)
+
+
+def _p99(samples: list[float]) -> float:
+    if not samples:
+        return float("nan")
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+
+
+def _server_delta(before: dict[str, Any], after: dict[str, Any], seconds: float) -> dict[str, float]:
+    acked = after["entries"].get("AckMessage", 0) - before["entries"].get("AckMessage", 0)
+    ack_rpcs = after["calls"].get("AckMessage", 0) - before["calls"].get("AckMessage", 0)
+    return {"acked_per_s": acked / seconds, "acked": float(acked), "ack_rpcs": float(ack_rpcs)}
+
+
+async def _thrust_push(
+    ctx: Context,
+    server: ControlServer,
+    topics: list[str],
+    *,
+    listener_sleep: float = 0.0,
+    timer: bool = False,
+    consumer_kwargs: dict[str, Any] | None = None,
+) -> dict[str, float]:
+    from thrust.push_consumer import PushConsumer
+
+    counts = _Counts(topics)
+
+    def listener(message: ReceivedMessage) -> ConsumeResult:
+        counts.enter(message.topic)
+        try:
+            if listener_sleep:
+                time.sleep(listener_sleep)  # blocking work, as a real listener would do
+            return ConsumeResult.SUCCESS
+        finally:
+            counts.leave(message.topic)
+
+    consumer = PushConsumer(
+        endpoints=server.endpoints[0],
+        group=GROUP,
+        subscriptions={t: "*" for t in topics},
+        listener=listener,
+        **(consumer_kwargs or {}),
+    )
+    async with consumer:
+        deadline = time.monotonic() + 30
+        while sum(counts.snapshot().values()) == 0 and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)  # polled: the counter is bumped from listener threads
+        await asyncio.sleep(ctx.warmup)
+        with counts.lock:
+            counts.peak = counts.running
+        before, s_before = counts.snapshot(), server.command("stats")
+        t0 = time.monotonic()
+        samples: list[float] = []
+        stop = asyncio.Event()
+        timer_task = asyncio.create_task(_timer(stop, samples)) if timer else None
+        await asyncio.sleep(ctx.duration)
+        after, s_after = counts.snapshot(), server.command("stats")
+        seconds = time.monotonic() - t0
+        stop.set()
+        if timer_task is not None:
+            await timer_task
+    per_topic = {t: after[t] - before[t] for t in topics}
+    consumed = sum(per_topic.values())
+    out = {"consumed_per_s": consumed / seconds, "peak": float(counts.peak), "seconds": seconds}
+    out |= _server_delta(s_before, s_after, seconds)
+    out["ack_rpcs_per_msg"] = out["ack_rpcs"] / max(1.0, out["acked"])
+    for t, n in per_topic.items():
+        out[f"topic_{t}"] = float(n)
+    if timer:
+        out["timer_p99_ms"] = _p99(samples)
+    return out
+
+
+def _official_push(
+    ctx: Context,
+    server: ControlServer,
+    topics: list[str],
+    *,
+    listener_sleep: float = 0.0,
+    timer: bool = False,
+    threads: int = 20,
+) -> dict[str, float]:
+    python = ctx.official_python or official_python()
+    driver = Path(__file__).with_name("official_driver.py")
+    cfg = {
+        "endpoints": server.endpoints[0],
+        "group": GROUP,
+        "topics": topics,
+        "threads": threads,
+        "listener_sleep": listener_sleep,
+        "warmup": ctx.warmup,
+        "window": ctx.duration,
+        "timer": timer,
+        "first_timeout": 30.0,
+    }
+    with tempfile.TemporaryDirectory(prefix="thrust-official-") as home:
+        proc = subprocess.Popen(
+            [python, str(driver), json.dumps(cfg)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
+            env=dict(os.environ, HOME=home, PYTHONPATH=""),
+            text=True,
+            start_new_session=True,
+        )
+        try:
+            s_before: dict[str, Any] | None = None
+            end: dict[str, Any] | None = None
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                event = json.loads(line)
+                if event["event"] == "window_start":
+                    s_before = server.command("stats")
+                elif event["event"] == "window_end":
+                    s_after = server.command("stats")
+                    end = event
+                    break
+            if end is None or s_before is None:
+                raise RuntimeError("the official driver ended without a measurement window")
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            proc.wait(10)
+    seconds = float(end["seconds"])
+    out = {"consumed_per_s": end["consumed"] / seconds, "peak": float(end["peak"]), "seconds": seconds}
+    out |= _server_delta(s_before, s_after, seconds)
+    out["ack_rpcs_per_msg"] = out["ack_rpcs"] / max(1.0, out["acked"])
+    for t, n in end["per_topic"].items():
+        out[f"topic_{t}"] = float(n)
+    if timer:
+        out["timer_p99_ms"] = float(end["timer_p99_ms"]) if end["timer_p99_ms"] is not None else float("nan")
+    return out
+
+
+def _backlog(ctx: Context, rate_guess: float = 8000.0) -> int:
+    """Enough messages that no client drains the backlog within the run."""
+    return int(rate_guess * (ctx.duration + ctx.warmup + 5.0))
+
+
+Faults = tuple[tuple[str, str], ...]
+
+
+def _server(brokers: int, topics: list[str], faults: Faults = ()) -> ControlServer:
+    spec = {
+        "brokers": brokers,
+        "topics": [f"{t}:1" for t in topics],
+        "groups": [GROUP],
+        "faults": list(faults),
+    }
+    return ControlServer(spec)
+
+
+def _consume_scenario(
+    brokers: int,
+    topics: list[str],
+    *,
+    faults: Faults = (),
+    listener_sleep: float = 0.0,
+    timer: bool = False,
+    rate_guess: float = 8000.0,
+    thrust_kwargs: dict[str, Any] | None = None,
+) -> tuple[Runner, Runner]:
+    async def thrust_run(ctx: Context) -> dict[str, float]:
+        with _server(brokers, topics, faults) as server:
+            for t in topics:
+                server.command("fill", topic=t, count=_backlog(ctx, rate_guess), size=64)
+            return await _thrust_push(
+                ctx, server, topics, listener_sleep=listener_sleep, timer=timer, consumer_kwargs=thrust_kwargs
+            )
+
+    async def official_run(ctx: Context) -> dict[str, float]:
+        with _server(brokers, topics, faults) as server:
+            for t in topics:
+                server.command("fill", topic=t, count=_backlog(ctx, rate_guess), size=64)
+            return await asyncio.to_thread(
+                _official_push, ctx, server, topics, listener_sleep=listener_sleep, timer=timer
+            )
+
+    return thrust_run, official_run
+
+
+# ---------------------------------------------------------------------------------------------------
+# scenario 4: failing and invalid acks
+
+
+async def _sc4_thrust(ctx: Context) -> dict[str, float]:
+    from thrust.push_consumer import PushConsumer
+
+    window = min(15.0, max(3.0, ctx.duration))
+    with _server(1, ["s4"], (("ack-entry", "INTERNAL_SERVER_ERROR:1"),)) as server:
+        ids = server.command("fill", topic="s4", count=400, size=64)["ids"]
+        server.command("expire", message_ids=ids[:4])
+        consumer = PushConsumer(
+            endpoints=server.endpoints[0],
+            group=GROUP,
+            subscriptions={"s4": "*"},
+            listener=lambda _m: ConsumeResult.SUCCESS,
+        )
+        async with consumer:
+            t0 = time.monotonic()
+            done_at: float | None = None
+            while time.monotonic() - t0 < window:
+                stats = server.command("stats")
+                if done_at is None and stats["entries"].get("AckMessage", 0) >= 396:
+                    done_at = time.monotonic() - t0
+                await asyncio.sleep(0.02)
+            hits = server.command("stats")["expired_hits"]
+    return {"valid_acks_done_s": done_at if done_at is not None else float("inf"), "invalid_attempts": hits}
+
+
+def _sc4_official_sync(ctx: Context) -> dict[str, float]:
+    window = min(15.0, max(3.0, ctx.duration))
+    python = ctx.official_python or official_python()
+    driver = Path(__file__).with_name("official_driver.py")
+    with _server(1, ["s4"], (("ack-entry", "INTERNAL_SERVER_ERROR:1"),)) as server:
+        ids = server.command("fill", topic="s4", count=400, size=64)["ids"]
+        server.command("expire", message_ids=ids[:4])
+        cfg = {"endpoints": server.endpoints[0], "group": GROUP, "topics": ["s4"], "warmup": 0.0}
+        cfg |= {"window": window + 5, "first_timeout": 0.0}
+        with tempfile.TemporaryDirectory(prefix="thrust-official-") as home:
+            proc = subprocess.Popen(
+                [python, str(driver), json.dumps(cfg)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                stdin=subprocess.DEVNULL,
+                env=dict(os.environ, HOME=home, PYTHONPATH=""),
+                text=True,
+                start_new_session=True,
+            )
+            try:
+                assert proc.stdout is not None
+                line = proc.stdout.readline()  # "started": startup() returned
+                if not line:
+                    raise RuntimeError("the official driver did not start")
+                t0 = time.monotonic()
+                done_at: float | None = None
+                while time.monotonic() - t0 < window:
+                    stats = server.command("stats")
+                    if done_at is None and stats["entries"].get("AckMessage", 0) >= 396:
+                        done_at = time.monotonic() - t0
+                    time.sleep(0.02)
+                hits = server.command("stats")["expired_hits"]
+            finally:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                proc.wait(10)
+    return {"valid_acks_done_s": done_at if done_at is not None else float("inf"), "invalid_attempts": hits}
+
+
+async def _sc4_official(ctx: Context) -> dict[str, float]:
+    return await asyncio.to_thread(_sc4_official_sync, ctx)
+
+
+# ---------------------------------------------------------------------------------------------------
+# scenario 6 (seed 003): backlog over many queues plus a fast producer; latency must stay flat
+
+
+async def _sc6_thrust(ctx: Context) -> dict[str, float]:
+    from thrust.bench.perf import PerfOptions, run_perf
+
+    topic = "s6"
+    with _server(8, [topic]) as server:
+        server.command("fill", topic=topic, count=5000, size=64)
+        options = PerfOptions(
+            mode="e2e",
+            endpoints=server.endpoints[0],
+            topic=topic,
+            group=GROUP,
+            duration=max(4.0, ctx.duration),
+            interval=1.0,
+            warmup=0.0,
+            rate=1000.0,
+            size=64,
+            drain_timeout=5.0,
+            track_ids=False,
+        )
+        result = await run_perf(options, out=io.StringIO())
+    assert result.consume is not None
+    intervals = [i for i in result.consume.intervals if i.count > 0]
+    half = intervals[len(intervals) // 2 :] or intervals
+    rates = [i.rate for i in intervals[1:-1]] or [i.rate for i in intervals]
+    return {
+        "consumed_per_s": statistics.median(rates),
+        "p99_first_ms": intervals[0].latency.p99 if intervals else float("nan"),
+        "p99_late_max_ms": max(i.latency.p99 for i in half) if half else float("nan"),
+        "p99_last_ms": intervals[-1].latency.p99 if intervals else float("nan"),
+    }
+
+
+# ---------------------------------------------------------------------------------------------------
+# the ceilings: raw gRPC against the embedded server, and the server's CPU during it
+
+
+async def _raw_grpc(ctx: Context) -> dict[str, float]:
+    """Receive(32) + Ack(32 entries) loops on bare grpc.aio stubs, no client library: the most a Python
+    gRPC consumer can do against this server on this machine (python-grpc-ceilings Table 7's pattern)."""
+    import grpc
+
+    from thrust._proto.apache.rocketmq.v2 import definition_pb2 as pb
+    from thrust._proto.apache.rocketmq.v2 import service_pb2 as spb
+    from thrust._proto.apache.rocketmq.v2 import service_pb2_grpc as rpc
+
+    topic = "raw"
+    loops = 8
+    with _server(4, [topic]) as server:
+        server.command("fill", topic=topic, count=_backlog(ctx, 12000.0), size=64)
+        channel = grpc.aio.insecure_channel(server.endpoints[0])
+        stub = rpc.MessagingServiceStub(channel)
+        metadata = (("x-mq-client-id", f"raw@{os.getpid()}"), ("x-mq-language", "PYTHON"))
+        group = pb.Resource(name=GROUP)
+        resource = pb.Resource(name=topic)
+        brokers = [f"broker-{i}" for i in range(4)]
+        received = 0
+        stop = asyncio.Event()
+
+        async def loop(i: int) -> None:
+            nonlocal received
+            request = spb.ReceiveMessageRequest(
+                group=group,
+                message_queue=pb.MessageQueue(topic=resource, id=-1, broker=pb.Broker(name=brokers[i % 4])),
+                filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
+                batch_size=32,
+                auto_renew=False,
+            )
+            request.invisible_duration.seconds = 30
+            request.long_polling_timeout.seconds = 5
+            while not stop.is_set():
+                entries = []
+                async for response in stub.ReceiveMessage(request, metadata=metadata, timeout=10):
+                    if response.WhichOneof("content") == "message":
+                        m = response.message
+                        entries.append(
+                            spb.AckMessageEntry(
+                                message_id=m.system_properties.message_id,
+                                receipt_handle=m.system_properties.receipt_handle,
+                            )
+                        )
+                if entries:
+                    await stub.AckMessage(
+                        spb.AckMessageRequest(group=group, topic=resource, entries=entries),
+                        metadata=metadata,
+                        timeout=10,
+                    )
+                    received += len(entries)
+
+        tasks = [asyncio.create_task(loop(i)) for i in range(loops)]
+        await asyncio.sleep(ctx.warmup + 0.5)
+        n0, cpu0, t0 = received, server.command("cpu")["cpu"], time.monotonic()
+        self0 = time.process_time()
+        await asyncio.sleep(ctx.duration)
+        n1, cpu1, t1 = received, server.command("cpu")["cpu"], time.monotonic()
+        self1 = time.process_time()
+        stop.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await channel.close(None)
+    seconds = t1 - t0
+    return {
+        "consumed_per_s": (n1 - n0) / seconds,
+        "server_cpu_pct": (cpu1 - cpu0) / seconds * 100.0,
+        "client_cpu_pct": (self1 - self0) / seconds * 100.0,
+    }
+
+
+# ---------------------------------------------------------------------------------------------------
+# scenario 7 (seed 004): per-message acks vs batched acks
+
+
+def _sc7(batch: bool) -> tuple[Runner, Runner]:
+    kwargs = {"ack_batch_size": 32 if batch else 1, "ack_linger": 0.01 if batch else 0.0}
+    return _consume_scenario(4, ["s7"], thrust_kwargs=kwargs)
+
+
+_sc1 = _consume_scenario(
+    4, ["s1"], faults=(("latency", "ReceiveMessage:0.002"), ("latency", "AckMessage:0.002"))
+)
+_sc2 = _consume_scenario(4, ["s2"], listener_sleep=0.01, timer=True, rate_guess=2500.0)
+_sc2b = _consume_scenario(16, ["s2b"], listener_sleep=0.01, rate_guess=2500.0)
+_sc5b = _consume_scenario(1, ["a", "b"], rate_guess=6000.0)
+_sc7a = _sc7(False)
+_sc7b = _sc7(True)
+
+_NOT_EXPRESSIBLE_5A = (
+    "not measured: the embedded server gives every consumer the same static assignment (one acting "
+    "queue per broker), so it cannot move an assignment from queue 0 to queue 1"
+)
+_NOT_EXPRESSIBLE_3 = (
+    "not measured: the embedded server routes every topic to every broker, so a client cannot have "
+    "healthy sends on one broker while another broker is new and slow"
+)
+
+SCENARIOS: dict[str, Scenario] = {
+    s.id: s
+    for s in (
+        Scenario(
+            "ceiling",
+            "raw gRPC consumer (bare grpc.aio, Receive(32)+Ack(32), 8 loops, 4 queues) and the server's CPU",
+            (
+                Row("consumed_per_s", "msg/s"),
+                Row("server_cpu_pct", "server CPU % (of one core)"),
+                Row("client_cpu_pct", "client CPU % (of one core)"),
+            ),
+            _raw_grpc,
+            "the raw gRPC client is the same for both columns",
+        ),
+        Scenario(
+            "1",
+            "4 queues, ack and receive RTT 2 ms, listener ~0",
+            (Row("consumed_per_s", "consumed msg/s"), Row("acked_per_s", "acked msg/s")),
+            _sc1[0],
+            _sc1[1],
+        ),
+        Scenario(
+            "2",
+            "4 queues, listener blocks 10 ms",
+            (
+                Row("consumed_per_s", "consumed msg/s"),
+                Row("timer_p99_ms", "lateness of an unrelated 10 ms timer, p99 (ms)", False, 2),
+            ),
+            _sc2[0],
+            _sc2[1],
+        ),
+        Scenario(
+            "2'",
+            "16 queues, listener blocks 10 ms, default options",
+            (Row("peak", "peak concurrent listener calls"), Row("consumed_per_s", "msg/s")),
+            _sc2b[0],
+            _sc2b[1],
+        ),
+        Scenario(
+            "3",
+            "8 senders to a healthy broker; one send to a new broker whose telemetry answers after 3 s",
+            (Row("healthy_sends", "healthy sends during those 3 s"),),
+            _NOT_EXPRESSIBLE_3,
+            _NOT_EXPRESSIBLE_3,
+        ),
+        Scenario(
+            "4",
+            "400 messages; first ack of each fails once; 4 receipt handles invalid",
+            (
+                Row("valid_acks_done_s", "time until the 396 valid acks are done (s)", False, 2),
+                Row("invalid_attempts", "ack attempts on the 4 invalid handles (window)", False),
+            ),
+            _sc4_thrust,
+            _sc4_official,
+        ),
+        Scenario(
+            "5a",
+            "queue 0 in a 10 s long poll, the assignment moves to queue 1",
+            (Row("first_receive_ms", "first receive on queue 1 after it is assigned (ms)", False),),
+            _NOT_EXPRESSIBLE_5A,
+            _NOT_EXPRESSIBLE_5A,
+        ),
+        Scenario(
+            "5b",
+            "topics a and b, one queue each",
+            (Row("topic_a", "messages consumed from a"), Row("topic_b", "messages consumed from b")),
+            _sc5b[0],
+            _sc5b[1],
+        ),
+        Scenario(
+            "6",
+            "(seed 003) backlog over 8 queues + producer at 1,000 msg/s, e2e",
+            (
+                Row("consumed_per_s", "consumer msg/s (median interval)"),
+                Row("p99_first_ms", "e2e latency p99, first interval (ms)", False, 1),
+                Row("p99_late_max_ms", "e2e latency p99, worst interval of the second half (ms)", False, 1),
+                Row("p99_last_ms", "e2e latency p99, last interval (ms)", False, 1),
+            ),
+            _sc6_thrust,
+            "not run: needs an official producer and born-time latency in the driver (not written yet)",
+        ),
+        Scenario(
+            "7a",
+            "(seed 004) per-message acks (ack batch size 1), 4 queues, full rate",
+            (
+                Row("consumed_per_s", "msg/s"),
+                Row("ack_rpcs_per_msg", "ack RPCs per message", False, 3),
+            ),
+            _sc7a[0],
+            _sc7a[1],
+        ),
+        Scenario(
+            "7b",
+            "(seed 004) batched acks (32 entries, 10 ms linger), 4 queues, full rate",
+            (
+                Row("consumed_per_s", "msg/s"),
+                Row("ack_rpcs_per_msg", "ack RPCs per message", False, 3),
+            ),
+            _sc7b[0],
+            "cannot be expressed: the official PushConsumer acks each message with its own AckMessage",
+        ),
+    )
+}
+
+ALL = tuple(SCENARIOS)
