@@ -336,6 +336,14 @@ class Producer:
                     f"topic {prepared.topic!r} does not accept {MessageType(kind).name} messages",
                     code=Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
                 )
+        if not all(session.is_ready(q.endpoint) for q in candidates):
+            # Prefer brokers whose session is up: a broker still connecting (or slow to answer its
+            # Settings) must not hold sends that a healthy broker can take (seed 000 item 3).
+            if not any(session.is_ready(q.endpoint) for q in candidates):
+                await session.wait_any_ready({q.endpoint for q in candidates})
+            ready = tuple(q for q in candidates if session.is_ready(q.endpoint))
+            if prepared.message_group is None:
+                candidates = ready + tuple(q for q in candidates if q not in ready)
         attempt = 1
         while True:
             endpoint = candidates[(attempt - 1) % len(candidates)].endpoint

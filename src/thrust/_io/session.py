@@ -25,7 +25,7 @@ import logging
 import platform
 import socket
 import time
-from collections.abc import Awaitable, Coroutine
+from collections.abc import Awaitable, Coroutine, Iterable
 from typing import Any, TypeVar
 
 from thrust import errors
@@ -269,6 +269,33 @@ class ClientSession:
         logger.debug("session with %s established", endpoint)
         return EndpointSession(endpoint, stream)
 
+    def is_ready(self, endpoint: Endpoint) -> bool:
+        """True when the session with `endpoint` is established (no waiting needed to call it)."""
+        task = self._sessions.get(endpoint)
+        return task is not None and task.done() and not task.cancelled() and task.exception() is None
+
+    async def wait_any_ready(self, endpoints: Iterable[Endpoint]) -> Endpoint:
+        """Open sessions with all `endpoints` (in the background) and return the first that is ready.
+
+        Raises the error of the last one to fail when none can be established."""
+        tasks = {self.session_task(ep): ep for ep in endpoints}
+        pending: set[asyncio.Task[EndpointSession]] = set(tasks)
+        error: BaseException | None = None
+        while pending:
+            # asyncio.wait never cancels what it waits for, so a cancelled caller leaves the shared
+            # session tasks running.
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for t in done:
+                if t.cancelled():
+                    continue
+                exc = t.exception()
+                if exc is None:
+                    return tasks[t]
+                error = exc
+        if error is None:
+            raise ClientClosedError("session creation was cancelled")
+        raise error
+
     def open_sessions(self) -> list[Endpoint]:
         """Endpoints whose session is established."""
         return [
@@ -390,7 +417,9 @@ class ClientSession:
             ]
         routes = await asyncio.gather(*(self.route(t) for t in topics))
         endpoints = {ep for r in routes for ep in r.endpoints} or {self.access_point}
-        await asyncio.gather(*(self.session(ep) for ep in endpoints))
+        # One ready endpoint is enough to start: the others keep connecting in the background, so a
+        # slow or dead broker never holds up startup (rocketmq-clients #818).
+        await self.wait_any_ready(endpoints)
 
     async def _every(self, interval: float, action: Any) -> None:
         while True:

@@ -1,0 +1,277 @@
+"""Session layer against the embedded server: telemetry, slow brokers, close, auth, TLS, redelivery."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import time
+
+import pytest
+
+import thrust
+from tests.client._util import receive_n, run
+from thrust._codec.status import Code
+from thrust._proto.apache.rocketmq.v2 import definition_pb2 as d
+from thrust._proto.apache.rocketmq.v2 import service_pb2 as s
+from thrust.testing import embedded_server
+
+
+def _kill_streams(srv: object, client_id: str) -> int:
+    sessions = list(srv._sessions.get(client_id, ()))  # type: ignore[attr-defined]
+    for session in sessions:
+        session.send(None)  # ends the server side of the stream (OK status)
+    return len(sessions)
+
+
+def test_invisible_duration_expiry_redelivers_and_old_handle_is_refused() -> None:
+    async def scenario() -> None:
+        async with embedded_server(topics=["t"], groups=["g"]) as srv:
+            ep = srv.endpoints[0]
+            async with (
+                thrust.SimpleConsumer(
+                    endpoints=ep, group="g", subscriptions={"t": "*"}, await_duration=5
+                ) as c,
+                thrust.Producer(endpoints=ep, topics=["t"]) as p,
+            ):
+                r = await p.send(thrust.Message(topic="t", body=b"x"))
+                [first] = await receive_n(c, 1, invisible_duration=10)
+                assert first.delivery_attempt == 1
+                await asyncio.sleep(10.3)
+                [again] = await receive_n(c, 1, invisible_duration=10)
+                assert again.message_id == r.message_id
+                assert again.delivery_attempt == 2
+                with pytest.raises(thrust.InvalidReceiptHandleError) as info:
+                    await c.ack(first)
+                assert info.value.code == Code.INVALID_RECEIPT_HANDLE and not info.value.retriable
+                await c.ack(again)
+
+    run(scenario)
+
+
+def test_change_invisible_duration_keeps_the_new_handle() -> None:
+    async def scenario() -> None:
+        async with embedded_server(topics=["t"], groups=["g"]) as srv:
+            ep = srv.endpoints[0]
+            async with (
+                thrust.SimpleConsumer(
+                    endpoints=ep, group="g", subscriptions={"t": "*"}, await_duration=5
+                ) as c,
+                thrust.Producer(endpoints=ep, topics=["t"]) as p,
+            ):
+                await p.send(thrust.Message(topic="t", body=b"x"))
+                await p.send(thrust.Message(topic="t", body=b"y"))
+                a, b = await receive_n(c, 2)
+                old = a.receipt_handle
+                await a.change_invisible_duration(60)
+                assert a.receipt_handle != old
+                await a.ack()  # works with the new handle
+                srv.faults.expire_messages(b.message_id)
+                with pytest.raises(thrust.InvalidReceiptHandleError):
+                    await c.ack(b)
+                # Short invisibility: the message comes back with the next attempt number.
+                srv.faults.clear()
+                await c.change_invisible_duration(b, 0.5)
+                [b2] = await receive_n(c, 1)
+                assert b2.message_id == b.message_id and b2.delivery_attempt == 2
+                await b2.ack()
+
+    run(scenario)
+
+
+def test_telemetry_reestablished_and_server_settings_applied() -> None:
+    async def scenario() -> None:
+        async with embedded_server(topics=["t"], groups=["g"]) as srv:
+            async with thrust.Producer(endpoints=srv.endpoints[0], topics=["t"]) as p:
+                session = p.session
+                [ep] = session.open_sessions()
+                stream = session.telemetry(ep)
+                assert stream is not None and stream.opened == 1
+                assert _kill_streams(srv, session.client_id) == 1
+                deadline = time.monotonic() + 2.0
+                while stream.opened < 2 or session.client_id not in srv.connected_clients():
+                    assert time.monotonic() < deadline, "telemetry not re-established within 2 s"
+                    await asyncio.sleep(0.02)
+                # The server pushes new settings: every field is applied, durations with nanos.
+                settings = d.Settings()
+                settings.request_timeout.seconds, settings.request_timeout.nanos = 1, 500_000_000
+                bp = settings.backoff_policy
+                bp.max_attempts = 5
+                bp.exponential_backoff.initial.nanos = 20_000_000
+                bp.exponential_backoff.max.seconds = 2
+                bp.exponential_backoff.multiplier = 3
+                settings.publishing.max_body_size = 1024
+                settings.publishing.validate_message_type = False
+                version = session.settings_version
+                srv.send_command(
+                    session.client_id, s.TelemetryCommand(status=d.Status(code=d.OK), settings=settings)
+                )
+                # The re-established stream's own handshake answer may land first; wait for ours.
+                deadline = time.monotonic() + 2.0
+                while session.settings_version == version or session.settings.request_timeout != 1.5:
+                    assert time.monotonic() < deadline, "settings not applied"
+                    await asyncio.sleep(0.01)
+                eff = session.settings
+                assert eff.request_timeout == 1.5
+                assert eff.max_body_size == 1024 and eff.validate_message_type is False
+                # The producer keeps its own max_attempts, the backoff comes from the server (Java).
+                assert eff.retry_policy.max_attempts == 3
+                assert eff.retry_policy.initial_backoff == pytest.approx(0.02)
+                assert eff.retry_policy.multiplier == 3
+                with pytest.raises(thrust.ValidationError):
+                    await p.send(thrust.Message(topic="t", body=b"x" * 2000))
+                await p.send(thrust.Message(topic="t", body=b"x" * 1000))
+
+    run(scenario)
+
+
+def test_telemetry_commands_answered() -> None:
+    async def scenario() -> None:
+        async with embedded_server(topics=["t"]) as srv:
+            async with thrust.Producer(endpoints=srv.endpoints[0], topics=["t"]) as p:
+                cid = p.session.client_id
+                reply = await srv.print_thread_stack_trace(cid)
+                dump = reply.thread_stack_trace.thread_stack_trace
+                assert "MainThread" in dump and "test_client_session.py" in dump
+                verify = await srv.verify_message(cid, d.Message())
+                assert verify.status.code == Code.NOT_IMPLEMENTED
+                [ep] = p.session.open_sessions()
+                stream = p.session.telemetry(ep)
+                assert stream is not None
+                assert srv.reconnect_endpoints(cid) == 1
+                deadline = time.monotonic() + 2.0
+                while stream.opened < 2:
+                    assert time.monotonic() < deadline
+                    await asyncio.sleep(0.02)
+                await p.send(thrust.Message(topic="t", body=b"after reconnect"))
+
+    run(scenario)
+
+
+def test_slow_new_broker_does_not_delay_sends_to_a_healthy_one() -> None:
+    async def scenario() -> None:
+        async with embedded_server(topics=["t"], brokers=2) as srv:
+            srv.faults.delay_settings(3.0, broker=1)
+            started = time.monotonic()
+            async with thrust.Producer(endpoints=srv.endpoints[0], topics=["t"]) as p:
+                assert time.monotonic() - started < 2.0, "start waited for the slow broker"
+                session = p.session
+                slow = [ep for ep in session.routes.get("t").endpoints if not session.is_ready(ep)]  # type: ignore[union-attr]
+                assert len(slow) == 1, "the second broker's session should still be opening"
+                latencies: list[float] = []
+                while not session.is_ready(slow[0]):
+                    t0 = time.monotonic()
+                    await p.send(thrust.Message(topic="t", body=b"x"))
+                    latencies.append(time.monotonic() - t0)
+                    assert time.monotonic() - started < 10
+                # Many sends flowed during the ~3 s; none waited for the slow broker.
+                assert len(latencies) > 50
+                assert max(latencies) < 1.0
+                # And once it is up, the slow broker gets its share.
+                before = srv.stats.calls["SendMessage"]
+                for _ in range(10):
+                    await p.send(thrust.Message(topic="t", body=b"y"))
+                assert srv.stats.calls["SendMessage"] - before == 10
+
+    run(scenario)
+
+
+def test_close_under_load_is_bounded_and_leaves_nothing_running() -> None:
+    async def scenario() -> None:
+        async with embedded_server(topics=["t", "empty"], groups=["g"]) as srv:
+            ep = srv.endpoints[0]
+            srv.faults.add_latency("SendMessage", 0.05)
+            p = thrust.Producer(endpoints=ep, topics=["t"], max_in_flight=64)
+            c = thrust.SimpleConsumer(
+                endpoints=ep, group="g", subscriptions={"empty": "*"}, await_duration=20
+            )
+            await p.start()
+            await c.start()
+            futures = [await p.send_async(thrust.Message(topic="t", body=b"x")) for _ in range(200)]
+            polling = asyncio.create_task(c.receive(32))  # a 20 s long poll in flight
+            await asyncio.sleep(0.2)
+            t0 = time.monotonic()
+            await asyncio.gather(p.close(timeout=1.0), c.close(timeout=1.0))
+            assert time.monotonic() - t0 < 2.0
+            await asyncio.gather(p.close(), c.close())  # idempotent
+            results = await asyncio.gather(*futures, return_exceptions=True)
+            assert all(isinstance(r, thrust.SendReceipt | thrust.ThrustError) for r in results)
+            with pytest.raises((thrust.ClientClosedError, asyncio.CancelledError)):
+                await polling
+            with pytest.raises(thrust.ClientClosedError):
+                await p.send(thrust.Message(topic="t", body=b"x"))
+
+    run(scenario)
+
+
+def test_credentials_accepted_and_refused() -> None:
+    async def scenario() -> None:
+        async with embedded_server(topics=["t"], credentials={"ak": "sk"}) as srv:
+            ep = srv.endpoints[0]
+            good = thrust.Credentials(access_key="ak", secret_key="sk", session_token="t0ken")
+            assert "secret_key=***" in repr(good) and "t0ken" not in repr(good)
+            async with thrust.Producer(endpoints=ep, topics=["t"], credentials=good) as p:
+                await p.send(thrust.Message(topic="t", body=b"x"))
+            bad = thrust.Credentials(access_key="ak", secret_key="wrong")
+            with pytest.raises(thrust.UnauthorizedError):
+                async with thrust.Producer(endpoints=ep, topics=["t"], credentials=bad):
+                    pass
+            with pytest.raises(thrust.UnauthorizedError):
+                async with thrust.Producer(endpoints=ep, topics=["t"]):
+                    pass
+
+    run(scenario)
+
+
+def _self_signed() -> tuple[bytes, bytes]:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "thrust-test")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("thrust.test")]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    return cert.public_bytes(serialization.Encoding.PEM), key_pem
+
+
+def test_tls_with_a_self_signed_certificate(tmp_path: object) -> None:
+    cert, key = _self_signed()
+    ca_file = f"{tmp_path}/ca.pem"
+    with open(ca_file, "wb") as f:
+        f.write(cert)
+
+    async def scenario() -> None:
+        async with embedded_server(topics=["t"], groups=["g"], tls_cert=cert, tls_key=key) as srv:
+            ep = srv.endpoints[0]
+            tls = thrust.TlsConfig(ca_file=ca_file, server_name="thrust.test")
+            async with (
+                thrust.Producer(endpoints=ep, topics=["t"], tls=tls) as p,
+                thrust.SimpleConsumer(
+                    endpoints=ep, group="g", subscriptions={"t": "*"}, tls=tls, await_duration=5
+                ) as c,
+            ):
+                await p.send(thrust.Message(topic="t", body=b"secret"))
+                [m] = await receive_n(c, 1)
+                assert m.body == b"secret"
+                await m.ack()
+            # Plaintext against a TLS port fails with a typed error, never hangs.
+            with pytest.raises(thrust.ThrustError):
+                async with thrust.Producer(endpoints=ep, topics=["t"], request_timeout=1.0):
+                    pass
+
+    run(scenario)

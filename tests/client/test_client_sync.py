@@ -1,0 +1,81 @@
+"""The sync facade: one library loop thread, in-loop and fork guards."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+
+import pytest
+
+import thrust
+import thrust.sync
+from thrust.testing import ServerProcess
+
+
+@pytest.fixture(scope="module")
+def server() -> object:
+    with ServerProcess(["--auto-create"]) as proc:
+        yield proc
+
+
+def _loop_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "thrust-sync-loop"]
+
+
+def test_sync_round_trip_and_loop_thread_lifecycle(server: ServerProcess) -> None:
+    ep = server.endpoints[0]
+    with thrust.sync.Producer(endpoints=ep, topics=["st"]) as p:
+        assert len(_loop_threads()) == 1
+        receipt = p.send(thrust.Message(topic="st", body=b"x"))
+        futures = [p.send_async(thrust.Message(topic="st", body=b"y")) for _ in range(20)]
+        ids = {receipt.message_id} | {f.result(timeout=10).message_id for f in futures}
+        with p.transaction() as tx:
+            ids.add(tx.send(thrust.Message(topic="st", body=b"tx")).message_id)
+        with thrust.sync.SimpleConsumer(
+            endpoints=ep, group="sg", subscriptions={"st": "*"}, await_duration=5
+        ) as c:
+            assert len(_loop_threads()) == 1  # shared by every sync client
+            seen: set[str] = set()
+            for m in c:
+                seen.add(m.message_id)
+                c.ack(m)
+                if seen == ids:
+                    break
+    assert _loop_threads() == []  # stopped with the last client
+
+
+def test_sync_call_inside_event_loop_raises(server: ServerProcess) -> None:
+    async def inside() -> None:
+        with pytest.raises(thrust.ThrustError, match="running event loop"):
+            thrust.sync.Producer(endpoints=server.endpoints[0])
+
+    asyncio.run(inside())
+    assert _loop_threads() == []
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_client_used_in_forked_child_raises(server: ServerProcess) -> None:
+    with thrust.sync.Producer(endpoints=server.endpoints[0], topics=["st"]) as p:
+        reader, writer = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child
+            try:
+                p.send(thrust.Message(topic="st", body=b"x"))
+                result = "no error"
+            except thrust.ThrustError as exc:
+                result = f"error: {exc}"
+            os.write(writer, result.encode())
+            # Leave without finalizers: the parent's gRPC state must not be torn down from here.
+            os._exit(0)
+        os.close(writer)
+        deadline = time.monotonic() + 20
+        while (done := os.waitpid(pid, os.WNOHANG))[0] == 0:
+            assert time.monotonic() < deadline, "the child hung"
+            time.sleep(0.02)
+        assert done[1] == 0
+        result = os.read(reader, 4096).decode()
+        os.close(reader)
+        assert result.startswith("error:") and "fork" in result
+        p.send(thrust.Message(topic="st", body=b"parent still works"))

@@ -1,0 +1,77 @@
+"""Unit tests for ClientConfig, request metadata and public message types."""
+
+from __future__ import annotations
+
+import pytest
+
+from thrust._io.metadata import Metadata
+from thrust.config import ClientConfig, Credentials, TlsConfig
+from thrust.message import FilterExpression, Message
+
+
+def test_endpoints_forms() -> None:
+    assert ClientConfig("127.0.0.1:8081").endpoints == "127.0.0.1:8081"
+    assert ClientConfig(["10.0.0.1:1", "10.0.0.2:2"]).endpoints == "10.0.0.1:1;10.0.0.2:2"
+    assert ClientConfig("[::1]:8081").access_point.target == "ipv6:[::1]:8081"
+    assert ClientConfig("10.0.0.1:1,10.0.0.2:2").access_point.target == "ipv4:10.0.0.1:1,10.0.0.2:2"
+    for bad in ("", "host", "::1:80", "http://x:1", "h:0"):
+        with pytest.raises(ValueError):
+            ClientConfig(bad)
+
+
+def test_timeout_tls_and_repr_hides_secrets() -> None:
+    c = ClientConfig(
+        "h.example:1",
+        request_timeout=0.25,
+        tls=True,
+        credentials=Credentials(access_key="AK", secret_key="SECRET", session_token="TOKEN"),
+    )
+    assert c.request_timeout == 0.25 and c.tls == TlsConfig()
+    assert "SECRET" not in repr(c) and "TOKEN" not in repr(c) and "AK" in repr(c)
+    assert ClientConfig("h.example:1", tls=False).tls is None
+    with pytest.raises(ValueError):
+        ClientConfig("h.example:1", request_timeout=0)
+    with pytest.raises(ValueError):
+        TlsConfig(cert_file="c.pem")
+
+
+def test_from_env() -> None:
+    env = {
+        "ROCKETMQ_ENDPOINTS": "127.0.0.1:8081",
+        "ROCKETMQ_NAMESPACE": "ns",
+        "ROCKETMQ_ACCESS_KEY": "ak",
+        "ROCKETMQ_SECRET_KEY": "sk",
+        "ROCKETMQ_TLS": "1",
+        "ROCKETMQ_TLS_SERVER_NAME": "srv",
+        "ROCKETMQ_REQUEST_TIMEOUT": "1.5",
+    }
+    c = ClientConfig.from_env(env)
+    assert (c.namespace, c.request_timeout) == ("ns", 1.5)
+    assert c.credentials is not None and c.credentials.access_key == "ak"
+    assert c.tls is not None and c.tls.server_name == "srv"
+    assert ClientConfig.from_env(env, namespace="other").namespace == "other"
+    with pytest.raises(ValueError):
+        ClientConfig.from_env({})
+
+
+def test_metadata_static_headers_and_signature_only_with_credentials() -> None:
+    md = Metadata(ClientConfig("h.example:1", namespace="ns"), "cid")
+    headers = dict(md())
+    assert headers["x-mq-client-id"] == "cid" and headers["x-mq-language"] == "PYTHON"
+    assert headers["x-mq-protocol"] == "v2" and headers["x-mq-namespace"] == "ns"
+    assert headers["x-mq-date-time"].endswith("Z") and "authorization" not in headers
+    assert md()[-1][1] != md()[-1][1]  # a fresh request id per call
+    signed = dict(
+        Metadata(ClientConfig("h.example:1", credentials=Credentials(access_key="a", secret_key="s")), "c")()
+    )
+    assert signed["authorization"].startswith("MQv2-HMAC-SHA1 Credential=a,")
+
+
+def test_message_is_immutable_and_delay() -> None:
+    m = Message(topic="t", body=bytearray(b"x"), keys="k", delay=10)
+    assert m.body == b"x" and m.keys == ("k",) and m.delivery_timestamp is not None
+    with pytest.raises(AttributeError):
+        m.topic = "u"  # type: ignore[misc]
+    with pytest.raises(ValueError):
+        Message(topic="t", body=b"x", delay=1, delivery_time=1.0)
+    assert FilterExpression.of("a") == FilterExpression.tag("a")
