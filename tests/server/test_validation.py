@@ -113,7 +113,7 @@ def test_missing_client_id_on_unary_stream_and_telemetry() -> None:
             assert status_of(stream).code == Code.CLIENT_ID_REQUIRED
             assert stream[-1].WhichOneof("content") == "delivery_timestamp"
             call = w.open_telemetry()
-            await call.write(s.TelemetryCommand(settings=d.Settings(publishing=d.Publishing())))
+            # The server refuses at call start, before reading (a write may race with that refusal).
             first = await call.read()
             assert first.status.code == Code.CLIENT_ID_REQUIRED
             with pytest.raises(grpc.aio.AioRpcError) as info:
@@ -271,5 +271,21 @@ def test_offset_and_lite_rpcs_answer_not_implemented() -> None:
                 s.SyncLiteSubscriptionRequest(group=group), metadata=w.md
             )
             assert lite.status.code == Code.NOT_IMPLEMENTED
+
+    run(scenario())
+
+
+def test_undecodable_request_is_invalid_argument() -> None:
+    async def scenario() -> None:
+        async with embedded_server() as srv, Wire(srv.endpoints[0]) as w:
+            for method in ("/apache.rocketmq.v2.MessagingService/SendMessage",):
+                call = w.channel.unary_unary(method, request_serializer=None, response_deserializer=None)
+                with pytest.raises(grpc.aio.AioRpcError) as info:
+                    await call(b"\xff\xff\xff", metadata=w.md, timeout=5)
+                assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            stream = w.channel.unary_stream("/apache.rocketmq.v2.MessagingService/ReceiveMessage")
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                _ = [r async for r in stream(b"\xff\xff\xff", metadata=w.md, timeout=5)]
+            assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
     run(scenario())

@@ -435,6 +435,8 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
         request: s.ReceiveMessageRequest,
         context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
     ) -> AsyncIterator[s.ReceiveMessageResponse]:
+        if _undecodable(request):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "request cannot be decoded")
         action = self._faults.on_call(Rpc.RECEIVE_MESSAGE, self._index)
         status: d.Status | None = None
         deliveries: list[Delivery] = []
@@ -687,6 +689,8 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
         request: s.PullMessageRequest,
         context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
     ) -> AsyncIterator[s.PullMessageResponse]:
+        if _undecodable(request):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "request cannot be decoded")
         status = await self._unary(
             Rpc.PULL_MESSAGE,
             context,
@@ -788,6 +792,9 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
         server = self._server
         try:
             async for command in request_iterator:
+                if _undecodable(command):
+                    session.abort = (grpc.StatusCode.INVALID_ARGUMENT, "telemetry command cannot be decoded")
+                    break
                 which = command.WhichOneof("command")
                 if which == "settings":
                     try:
@@ -908,7 +915,7 @@ class EmbeddedServer:
         try:
             for i, servicer in enumerate(self._servicers):
                 server = grpc.aio.server(options=_SERVER_OPTIONS)
-                g.add_MessagingServiceServicer_to_server(servicer, server)
+                _register(server, servicer)
                 self._servers.append(server)
                 self.ports.append(self._bind(server, i, credentials))
             for server in self._servers:
@@ -1276,6 +1283,58 @@ class EmbeddedServer:
                 raise  # the call itself was cancelled (client gone); `stop()` only cancels `fut`
         finally:
             self._held.discard(fut)
+
+
+class _Undecodable:
+    """A request the deserializer could not parse."""
+
+
+_UNDECODABLE: Final = _Undecodable()
+_SERVICE_NAME: Final = "apache.rocketmq.v2.MessagingService"
+
+
+def _undecodable(request: object) -> bool:
+    return request is _UNDECODABLE
+
+
+def _decoder(parse: Callable[[bytes], object]) -> Callable[[bytes], object]:
+    def decode(data: bytes) -> object:
+        try:
+            return parse(data)
+        except Exception:
+            return _UNDECODABLE
+
+    return decode
+
+
+def _guard_unary(fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    async def handler(request: Any, context: Any) -> Any:
+        if request is _UNDECODABLE:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "request cannot be decoded")
+        return await fn(request, context)
+
+    return handler
+
+
+def _register(server: grpc.aio.Server, servicer: MessagingServicer) -> None:
+    """Register every MessagingService method, like the generated `add_..._to_server`, except that an
+    undecodable request is answered gRPC INVALID_ARGUMENT (grpc.aio would answer UNKNOWN, which
+    reads as a server bug). The streaming handlers check for it themselves."""
+    handlers = {}
+    for method in s.DESCRIPTOR.services_by_name["MessagingService"].methods:
+        request_type = getattr(s, method.input_type.name)
+        response_type = getattr(s, method.output_type.name)
+        fn = getattr(servicer, method.name)
+        decode = _decoder(request_type.FromString)
+        encode = response_type.SerializeToString
+        if method.client_streaming:
+            handler = grpc.stream_stream_rpc_method_handler(fn, decode, encode)
+        elif method.server_streaming:
+            handler = grpc.unary_stream_rpc_method_handler(fn, decode, encode)
+        else:
+            handler = grpc.unary_unary_rpc_method_handler(_guard_unary(fn), decode, encode)
+        handlers[method.name] = handler
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(_SERVICE_NAME, handlers),))
 
 
 def _resolve(fut: asyncio.Future[None]) -> None:
