@@ -26,7 +26,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +63,7 @@ class Context:
     log: Callable[[str], None] = lambda _text: None
 
 
-Runner = Callable[[Context], Awaitable[dict[str, float]]]
+Runner = Callable[[Context], Coroutine[Any, Any, dict[str, float]]]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

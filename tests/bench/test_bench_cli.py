@@ -1,0 +1,77 @@
+"""`thrust bench` end to end, short: every requested row is in the table and the JSON parses.
+No speed thresholds: only that each scenario ran and produced its metrics."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from thrust.bench.scenarios import SCENARIOS
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _bench(tmp_path: Path, *args: str, timeout: float) -> tuple[subprocess.CompletedProcess[str], dict]:  # type: ignore[type-arg]
+    out_json = tmp_path / "bench.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "thrust.cli.main", "bench", "--repeat", "1", "--json", str(out_json), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(os.environ, PYTHONPATH=str(REPO / "src")),
+        cwd=REPO,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return proc, json.loads(out_json.read_text())
+
+
+def _table_rows(stdout: str) -> list[list[str]]:
+    lines = [line for line in stdout.splitlines() if line.startswith("| ")]
+    return [[c.strip() for c in line.strip("|").split("|")] for line in lines[1:]]
+
+
+def test_bench_thrust_every_scenario_short(tmp_path: Path) -> None:
+    ids = ["ceiling", "1", "2", "2'", "3", "4", "5a", "5b", "7"]
+    proc, data = _bench(
+        tmp_path, "--scenarios", ",".join(ids), "--duration", "1", "--warmup", "0.2", timeout=55
+    )
+    rows = _table_rows(proc.stdout)
+    expected = [sid for sid in SCENARIOS if sid in ids or (sid in ("7a", "7b"))]
+    assert list(data["scenarios"]) == expected
+    # one table row per metric of every requested scenario, in order
+    assert len(rows) == sum(len(SCENARIOS[sid].rows) for sid in expected)
+    assert [r[1] for r in rows] == [row.label for sid in expected for row in SCENARIOS[sid].rows]
+    for sid in expected:
+        result = data["scenarios"][sid]["results"]["thrust"]
+        if isinstance(SCENARIOS[sid].thrust, str):
+            assert result["skipped"]
+            continue
+        assert len(result["runs"]) == 1
+        for row in SCENARIOS[sid].rows:
+            assert row.key in result["median"], (sid, row.key)
+    medians = {sid: data["scenarios"][sid]["results"]["thrust"].get("median", {}) for sid in expected}
+    assert medians["1"]["consumed_per_s"] > 0 and medians["1"]["acked_per_s"] > 0
+    assert medians["4"]["invalid_attempts"] >= 4  # each invalid handle was tried at least once
+    assert math.isfinite(medians["4"]["valid_acks_done_s"])  # all 396 valid acks went through
+    assert medians["5b"]["topic_a"] > 0 and medians["5b"]["topic_b"] > 0
+    assert medians["7a"]["ack_rpcs_per_msg"] > medians["7b"]["ack_rpcs_per_msg"]
+
+
+@pytest.mark.interop
+def test_bench_both_clients_short(tmp_path: Path) -> None:
+    proc, data = _bench(
+        tmp_path, "--scenarios", "1,7b", "--client", "both", "--duration", "1", "--warmup", "0.2", timeout=55
+    )
+    rows = _table_rows(proc.stdout)
+    assert len(rows) == 4 and len(rows[0]) == 5  # scenario, metric, thrust, official, ratio
+    official = data["scenarios"]["1"]["results"]["official"]
+    assert official["median"]["consumed_per_s"] > 0
+    assert rows[0][4].endswith("x")
+    assert "cannot be expressed" in data["scenarios"]["7b"]["results"]["official"]["skipped"]
