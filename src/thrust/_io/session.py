@@ -328,8 +328,7 @@ class ClientSession:
         `timeout` defaults to the effective request timeout.
         """
         self._check_open()
-        task = self._sessions.get(endpoint)
-        if need_session and (task is None or not task.done() or task.exception() is not None):
+        if need_session and not self.is_ready(endpoint):
             await self.session(endpoint)
         self._inflight += 1
         try:
@@ -344,8 +343,7 @@ class ClientSession:
     async def receive(self, endpoint: Endpoint, request: Any, *, timeout: float) -> ReceiveResult:  # noqa: ASYNC109 - a deadline passed to grpc, not a wait
         """One ReceiveMessage stream to completion on `endpoint` (session ensured first)."""
         self._check_open()
-        task = self._sessions.get(endpoint)
-        if task is None or not task.done() or task.exception() is not None:
+        if not self.is_ready(endpoint):
             await self.session(endpoint)
         self._inflight += 1
         try:
