@@ -495,7 +495,7 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
         group = request.group.name
         check_group(group)
         info = self._topic(topic)
-        self._catalog.group(group)
+        group_info = self._catalog.group(group)
         if request.auto_renew:
             invisible = DEFAULT_INVISIBLE_SECONDS
         else:
@@ -508,10 +508,11 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
         message_filter = self._filter(request.filter_expression)
         batch = request.batch_size
         batch = MAX_BATCH_SIZE if batch <= 0 else min(batch, MAX_BATCH_SIZE)
-        # The proxy pops the broker's acting queue (-1) whatever the assignment says (reference 7.4);
-        # a FIFO assignment's real queue id narrows the pop to that queue.
+        # The proxy pops the broker's acting queue (-1) whatever the assignment says (reference 7.4), so
+        # a simple consumer that names queue 3 still gets messages from every queue of the broker.
+        # Only a FIFO group's per-queue assignment narrows the pop to that queue.
         mq = request.message_queue
-        queue_id = mq.id if 0 <= mq.id < info.queues else -1
+        queue_id = mq.id if group_info.fifo and 0 <= mq.id < info.queues else -1
         broker = self._broker
         index = self._index
         if mq.broker.name and mq.broker.name != broker.name:
