@@ -1,4 +1,4 @@
-"""Blocking clients for plain threaded code: `thrust.sync.Producer`, `thrust.sync.SimpleConsumer`.
+"""Blocking clients for plain threaded code: `thrust.sync.Producer`, `SimpleConsumer` and `PushConsumer`.
 
 They run the asyncio clients on **one background event-loop thread owned by the library**, started when
 the first sync client is created and stopped when the last one is closed (a daemon thread, so it never
@@ -26,7 +26,7 @@ from thrust.config import ClientConfig, Credentials, TlsConfig
 from thrust.errors import ClientClosedError, ThrustError
 from thrust.message import FilterExpression, Message, ReceivedMessage, SendReceipt
 
-__all__ = ["Producer", "SimpleConsumer", "Transaction"]
+__all__ = ["Producer", "PushConsumer", "SimpleConsumer", "Transaction"]
 
 T = TypeVar("T")
 
@@ -369,6 +369,66 @@ class SimpleConsumer:
             self._runner.close()
 
     def __enter__(self) -> SimpleConsumer:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class PushConsumer:
+    """Blocking `thrust.PushConsumer`: the same keyword options (`group`, `subscriptions`, `listener`,
+    `consumption_thread_count`, cache and ack options, ...).
+
+    ```
+    def handle(message):
+        process(message.body)
+        return thrust.ConsumeResult.SUCCESS
+
+    with thrust.sync.PushConsumer(endpoints=..., group="g", subscriptions={"t": "*"}, listener=handle):
+        wait_for_shutdown()
+    ```
+    Consumption starts in the constructor and runs in the background: receives and acks on the library
+    loop thread, a plain-function listener on the consumer's own pool of `consumption_thread_count`
+    threads. `close()` stops receiving, lets running listeners finish within the grace, and flushes acks.
+    """
+
+    def __init__(self, config: ClientConfig | None = None, **options: Any) -> None:
+        # Imported here: the push consumer pulls in the consumption pool, which plain producers never need.
+        from thrust import push_consumer as _push
+
+        self._async = _push.PushConsumer(config, **options)
+        self._runner = _Runner()
+        try:
+            self._runner.run(self._async.start())
+        except BaseException:
+            self._runner.close()
+            raise
+
+    @property
+    def aio(self) -> Any:
+        """The asyncio consumer underneath (runs on the library loop thread)."""
+        return self._async
+
+    def stats(self) -> Any:
+        """A `PushConsumerStats` snapshot (cache, listeners, receives and acks in flight)."""
+        return self._runner.run(_call(self._async.stats))
+
+    def close(self) -> None:
+        """Stop consuming, finish in-flight listeners within the grace, flush acks; idempotent."""
+        if self._runner._closed:
+            return
+        try:
+            self._runner.check()
+            self._runner.run(self._async.close())
+        finally:
+            self._runner.close()
+
+    def __repr__(self) -> str:
+        return f"sync.{self._async!r}"
+
+    def __enter__(self) -> PushConsumer:
         return self
 
     def __exit__(
