@@ -149,3 +149,53 @@ def test_fifo_push_consumer_local_retries_and_forward_to_dlq(official_python: Pa
                 assert b.backlog("it-fifo-push", "it-fifo-push-g") == 0
 
     run(scenario(), timeout=55)
+
+
+@pytest.mark.timeout(60, func_only=True)
+def test_messages_of_a_crashed_consumer_are_redelivered(official_python: Path, tmp_path: Path) -> None:
+    bodies = [f"c{i}" for i in range(6)]
+    hang = ["c1", "c4"]
+
+    async def scenario() -> None:
+        # client_expiry: how long after a client's Telemetry stream drops its auto-renewed messages are
+        # released (the proxy's channel expiry is 120 s, reference 7.2); short to keep the test short.
+        async with embedded_server(topics=["it-crash:1"], groups=["it-crash-g"], client_expiry=1.0) as srv:
+            ep = srv.endpoints[0]
+            producer = await run_driver(
+                "producer",
+                {
+                    "endpoints": ep,
+                    "topics": ["it-crash"],
+                    "messages": [{"topic": "it-crash", "body": b} for b in bodies],
+                },
+                home=tmp_path / "producer",
+                within=30,
+            )
+            producer.check()
+            sent = {bodies[e["index"]]: e["id"] for e in producer.of("sent")}
+            base = {"endpoints": ep, "group": "it-crash-g", "topic": "it-crash", "max_attempts": 1}
+            crashed = await run_driver(
+                "push_consumer",
+                {**base, "expect_ok": len(bodies) - len(hang), "hang": hang, "crash": True, "settle_s": 0.5},
+                home=tmp_path / "crashed",
+                within=40,
+            )
+            crashed.check()
+            assert sorted(crashed.ids("consumed")) == sorted(sent.values()), crashed.describe()
+            assert sorted(e["body"] for e in crashed.of("hanging")) == hang
+            successor = await run_driver(
+                "push_consumer",
+                {**base, "expect_ok": len(hang), "deadline_s": 30, "settle_s": 2},
+                home=tmp_path / "successor",
+                within=45,
+            )
+            successor.check()
+            calls = successor.of("consumed")
+            # Only the messages the crashed consumer held come back, each once, as a second delivery.
+            assert sorted(e["body"] for e in calls) == hang, successor.describe()
+            assert {e["id"] for e in calls} == {sent[b] for b in hang}
+            assert all(e["attempt"] == 2 and e["result"] == "SUCCESS" for e in calls), successor.describe()
+            assert srv.brokers[0].inflight("it-crash-g", "it-crash") == 0
+            assert srv.brokers[0].backlog("it-crash", "it-crash-g") == 0
+
+    run(scenario(), timeout=55)

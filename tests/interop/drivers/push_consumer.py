@@ -1,18 +1,21 @@
 """Official PushConsumer with a listener that fails on purpose.
 
 argv[1] JSON: {"endpoints", "group", "topic", "expression": "*", "expect_ok": N, "fail": {body: K},
-"max_attempts": M, "deadline_s": 60, "settle_s": 3, "threads": 4}.
+"max_attempts": M, "deadline_s": 60, "settle_s": 3, "threads": 4, "hang": [body], "crash": false}.
 
 The listener returns FAILURE for the first K calls for a message whose body is in `fail` (K = -1:
 always), SUCCESS otherwise. Calls are counted per body, not by delivery_attempt, because the FIFO
 consumption of the official client retries locally without a new delivery (reference 6.2 step 8).
 Runs until N distinct messages were consumed successfully and every always-failing message was seen
 M times, then waits `settle_s` for anything unexpected. Emits `consumed` for every listener call (with
-the call number, delivery attempt and result), then `exit`.
+the call number, delivery attempt and result), then `exit`. Messages in `hang` block the listener
+forever; with `crash` the driver waits until every one of them is being consumed and then exits without
+shutting the client down (a crashed consumer holding un-acked messages).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -26,8 +29,9 @@ from rocketmq import (
 
 
 class Listener(MessageListener):
-    def __init__(self, fail: dict[str, int]) -> None:
+    def __init__(self, fail: dict[str, int], hang: set[str]) -> None:
         self.fail = fail
+        self.hang = hang
         self.ok: set[str] = set()
         self.attempts: dict[str, int] = {}
         self.cond = threading.Condition()
@@ -42,13 +46,20 @@ class Listener(MessageListener):
             if not failed:
                 self.ok.add(message.message_id)
             self.cond.notify_all()
+        if body in self.hang:
+            emit("hanging", id=message.message_id, body=body)
+            threading.Event().wait()  # never acked or nacked: the process exits holding it
         return ConsumeResult.FAILURE if failed else ConsumeResult.SUCCESS
+
+    def hanging_seen(self) -> set[str]:
+        return {body for body in self.hang if self.attempts.get(body)}
 
 
 def main() -> None:
     cfg = config()
     client_log_to_stderr()
-    listener = Listener({body: int(k) for body, k in cfg.get("fail", {}).items()})
+    hang = set(cfg.get("hang", []))
+    listener = Listener({body: int(k) for body, k in cfg.get("fail", {}).items()}, hang)
     always = [body for body, k in listener.fail.items() if k == -1]
     consumer = PushConsumer(
         client_configuration(cfg),
@@ -69,8 +80,14 @@ def main() -> None:
     with listener.cond:
         while not complete() and time.monotonic() < deadline:
             listener.cond.wait(0.2)
+        while cfg.get("crash") and len(listener.hanging_seen()) < len(hang) and time.monotonic() < deadline:
+            listener.cond.wait(0.2)
     emit("done", complete=complete(), ok=len(listener.ok))
     time.sleep(cfg.get("settle_s", 3))
+    if cfg.get("crash"):
+        # A crash: no shutdown, no NotifyClientTermination; the connections just drop.
+        emit("exit", code=0, crashed=True)
+        os._exit(0)
     finish([consumer], 0)
 
 
