@@ -107,7 +107,7 @@ class Producer:
         request_timeout: float | None = None,
         topics: Iterable[str] = (),
         max_attempts: int = 3,
-        max_in_flight: int = 128,
+        max_in_flight: int = 1024,
         transaction_checker: TransactionChecker | None = None,
         transaction_recovery: float | None = None,
     ) -> None:

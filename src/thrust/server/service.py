@@ -64,6 +64,7 @@ logger = logging.getLogger("thrust.server")
 MAX_RECEIVE_MESSAGE_LENGTH: Final = 130 * 1024 * 1024
 """The proxy's `maxInboundMessageSize` (130 MiB): a 4 MiB body plus any overhead fits."""
 
+_MAX_PENDING_CALLS: Final = 1 << 16
 _SERVER_OPTIONS: Final = (
     ("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_LENGTH),
     ("grpc.max_send_message_length", -1),
@@ -73,6 +74,13 @@ _SERVER_OPTIONS: Final = (
     ("grpc.http2.max_ping_strikes", 0),
     # Without this a second server could silently share a port (SO_REUSEPORT), hiding a port clash.
     ("grpc.so_reuseport", 0),
+    # gRPC core queues calls that arrived before the Python server asked for them, and past 1000 queued
+    # calls it cancels new ones at random (CANCELLED, before any handler runs; hard limit 3000). A client
+    # pipelining ~1000 sends outruns the single-threaded asyncio loop, so that backlog protection
+    # cancelled sends. A RocketMQ proxy (grpc-java) has no such limit: it answers overload with
+    # TOO_MANY_REQUESTS, never by cancelling the stream. Deadlines still bound every queued call.
+    ("grpc.server.max_pending_requests", _MAX_PENDING_CALLS),
+    ("grpc.server.max_pending_requests_hard_limit", _MAX_PENDING_CALLS),
 )
 
 _TELEMETRY_QUEUE: Final = 1024  # outgoing commands buffered per stream
