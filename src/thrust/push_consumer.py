@@ -876,6 +876,31 @@ class _PushTelemetry(TelemetryHandler):
             sub.subscriptions.add(topic=c._topic_pb[topic], expression=expr)
         return s
 
+    async def on_verify_message(
+        self, endpoint: Endpoint, command: spb.VerifyMessageCommand
+    ) -> tuple[int, str]:
+        """Consume the message once with the listener, never ack it; OK when the listener returns SUCCESS,
+        else FAILED_TO_CONSUME_MESSAGE (Java PushConsumerImpl via its consume service: reference §1.2, §4.8).
+
+        Off the hot path (an operator's console command), so it runs alone: a plain-function listener on a
+        worker thread of the loop's default executor, never on the loop itself."""
+        c = self._consumer
+        try:
+            message = convert.received_from_pb(command.message, endpoint)
+        except convert.Corrupted as exc:
+            return Code.MESSAGE_CORRUPTED, f"corrupted message: {exc.reason}"
+        listener = c.listener
+        try:
+            if c._executor is not None and c._executor.is_async:
+                result = await listener(message)
+            else:
+                result = await asyncio.to_thread(listener, message)
+        except Exception as exc:  # the listener's failure is the verification's answer
+            return Code.FAILED_TO_CONSUME_MESSAGE, f"listener raised {type(exc).__name__}: {exc}"
+        if result is ConsumeResult.SUCCESS:
+            return Code.OK, "OK"
+        return Code.FAILED_TO_CONSUME_MESSAGE, f"listener returned {result!r}"
+
     def on_settings(self, endpoint: Endpoint, settings: pb.Settings) -> None:
         c = self._consumer
         if c._session is None:
