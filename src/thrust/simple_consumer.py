@@ -23,7 +23,7 @@ from thrust._codec import convert, validation
 from thrust._codec.status import Code
 from thrust._core.endpoints import Endpoint
 from thrust._core.routes import RouteQueue
-from thrust._core.settings import ClientSettings
+from thrust._core.settings import ClientSettings, receive_deadline
 from thrust._io.session import ClientSession
 from thrust._io.telemetry import TelemetryHandler
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as pb
@@ -59,6 +59,8 @@ class SimpleConsumer:
         subscriptions: topic -> filter: a tag expression string (`"*"`, `"a||b"`) or a `FilterExpression`
             (`FilterExpression.sql("price > 10")`).
         await_duration: how long one receive waits on the server for messages (long polling, seconds).
+            A RocketMQ proxy clamps it to [5 s, 20 s] (reference §7.5): shorter values are accepted, but an
+            empty receive may still take up to 5 s on a real proxy.
         invisible_duration: the default for `receive()` and for iteration (seconds, 10 s .. 12 h).
     """
 
@@ -149,7 +151,7 @@ class SimpleConsumer:
     ) -> None:
         await self.close()
 
-    async def close(self, timeout: float = 5.0) -> None:  # noqa: ASYNC109 - bounded close is the API
+    async def close(self, timeout: float = 5.0) -> None:
         """Stop, let in-flight calls finish (up to `timeout`), tell the server, close channels. Idempotent.
 
         Buffered but not yet iterated messages are not acked: they become visible again when their
@@ -245,8 +247,10 @@ class SimpleConsumer:
             long_polling_timeout=convert.duration(self.await_duration),
         )
         endpoint = queue.endpoint
+        # Not await_duration + request timeout: the proxy holds a poll for at least 5 s and refuses a
+        # shorter deadline (ILLEGAL_POLLING_TIME, reference §7.5 step 2), see `receive_deadline`.
         result = await session.receive(
-            endpoint, request, timeout=self.await_duration + session.settings.request_timeout
+            endpoint, request, timeout=receive_deadline(self.await_duration, session.settings.request_timeout)
         )
         if not result.messages:
             return []

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from thrust._codec.validation import MIN_POLLING_SECONDS
 from thrust._core.backoff import RetryPolicy
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "ClientSettings",
     "ServerSettings",
     "merge",
+    "receive_deadline",
 ]
 
 MiB = 1024 * 1024
@@ -80,8 +82,19 @@ class ClientSettings:
 
     @property
     def receive_deadline(self) -> float:
-        """Deadline of one ReceiveMessage call: long polling + request timeout (Java, reference §4.5)."""
-        return self.long_polling_timeout + self.request_timeout
+        """Deadline of one ReceiveMessage call: see `receive_deadline()`."""
+        return receive_deadline(self.long_polling_timeout, self.request_timeout)
+
+
+def receive_deadline(long_polling_timeout: float, request_timeout: float) -> float:
+    """Deadline of one ReceiveMessage call: long polling + request timeout (Java, reference §4.5), with the
+    long polling raised to the proxy's 5 s minimum first.
+
+    The proxy clamps the polling time to [5 s, 20 s] and refuses with ILLEGAL_POLLING_TIME a call whose
+    remaining deadline is below the clamped time and below 5 s (reference §7.5 step 2). A 1 s wait with a
+    1 s + 3 s deadline was therefore refused; with max(wait, 5 s) + request timeout the proxy may hold the
+    call for its full 5 s minimum and still answer before the deadline."""
+    return max(long_polling_timeout, MIN_POLLING_SECONDS) + request_timeout
 
 
 @dataclass(frozen=True, slots=True)
