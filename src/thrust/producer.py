@@ -22,6 +22,7 @@ from thrust import errors
 from thrust._codec import convert, validation
 from thrust._codec.ids import new_message_id
 from thrust._codec.status import Code
+from thrust._core.backoff import END_TRANSACTION_ATTEMPTS, END_TRANSACTION_BACKOFF
 from thrust._core.endpoints import Endpoint
 from thrust._core.routes import QueueSelector
 from thrust._core.settings import PRODUCER_RETRY_POLICY, ClientSettings
@@ -184,7 +185,7 @@ class Producer:
     ) -> None:
         await self.close()
 
-    async def close(self, timeout: float = 5.0) -> None:  # noqa: ASYNC109 - bounded close is the API
+    async def close(self, timeout: float = 5.0) -> None:
         """Stop accepting sends, wait (up to `timeout`) for in-flight ones, then close the session.
 
         Idempotent. Sends still running at the deadline are cancelled and raise ClientClosedError."""
@@ -416,7 +417,26 @@ class Producer:
             resolution=pb.COMMIT if resolution is TransactionResolution.COMMIT else pb.ROLLBACK,
             source=source,  # type: ignore[arg-type]
         )
-        await session.call(endpoint, "EndTransaction", request)
+        # Retried on retriable failures (bounded, capped backoff: thrust._core.backoff); a refusal such as
+        # INVALID_TRANSACTION_ID is final. The server's transaction check remains the last resort.
+        attempt = 1
+        while True:
+            try:
+                await session.call(endpoint, "EndTransaction", request)
+                return
+            except ThrustError as exc:
+                if not exc.retriable or attempt >= END_TRANSACTION_ATTEMPTS or session.closed:
+                    raise
+                delay = END_TRANSACTION_BACKOFF.delay(attempt)
+                logger.info(
+                    "EndTransaction of %s failed (%s); attempt %d in %.2fs",
+                    message_id,
+                    exc,
+                    attempt + 1,
+                    delay,
+                )
+            attempt += 1
+            await asyncio.sleep(delay)
 
     async def _check_transaction(
         self, endpoint: Endpoint, command: spb.RecoverOrphanedTransactionCommand

@@ -168,6 +168,13 @@ RECONNECT_BACKOFF = BackoffPolicy(initial=0.1, maximum=10.0, multiplier=2.0)
 # entry is bounded by its own deadline anyway (see thrust._core.ack).
 ACK_RETRY_BACKOFF = BackoffPolicy(initial=0.1, maximum=2.0, multiplier=2.0)
 
+# EndTransaction is not retried by Java (a failed commit is left to the server's transaction check, which
+# takes 6 s or more and needs a checker). A transient failure (INTERNAL_SERVER_ERROR, a timeout, a broken
+# connection) is retried here a few times instead, quickly: the half message is already stored, and the
+# server's check stays the fallback when every attempt fails.
+END_TRANSACTION_ATTEMPTS = 4
+END_TRANSACTION_BACKOFF = BackoffPolicy(initial=0.05, maximum=1.0, multiplier=3.0)
+
 # Java ProcessQueueImpl: a failed receive is retried after 20 ms on TooManyRequests (broker POLLING_FULL) and
 # after 1 s on any other error (reference §1.3 item 3, §4.5).
 RECEIVE_BACKOFF_TOO_MANY_REQUESTS = 0.02

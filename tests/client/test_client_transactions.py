@@ -1,0 +1,51 @@
+"""EndTransaction retries against the embedded server (fault injection, real gRPC)."""
+
+from __future__ import annotations
+
+import pytest
+
+import thrust
+from tests.client._util import receive_n, run
+from thrust._codec.status import Code
+from thrust.testing import embedded_server
+
+
+def test_commit_succeeds_after_a_transient_end_transaction_failure() -> None:
+    async def scenario() -> None:
+        # No transaction check within the test: only the client's retry can make the message visible.
+        async with embedded_server(
+            topics=["tx:1:TRANSACTION"], groups=["g"], transaction_check_after=600.0
+        ) as srv:
+            ep = srv.endpoints[0]
+            async with (
+                thrust.SimpleConsumer(
+                    endpoints=ep, group="g", subscriptions={"tx": "*"}, await_duration=5
+                ) as c,
+                thrust.Producer(endpoints=ep, topics=["tx"]) as p,
+            ):
+                srv.faults.fail_next("EndTransaction", Code.INTERNAL_SERVER_ERROR, 1)
+                async with p.transaction() as t:
+                    receipt = await t.send(thrust.Message(topic="tx", body=b"commit"))
+                assert srv.stats.calls["EndTransaction"] == 2
+                [m] = await receive_n(c, 1)
+                assert m.message_id == receipt.message_id
+                await m.ack()
+
+    run(scenario)
+
+
+def test_end_transaction_refusal_is_not_retried() -> None:
+    async def scenario() -> None:
+        async with embedded_server(
+            topics=["tx:1:TRANSACTION"], groups=["g"], transaction_check_after=600.0
+        ) as srv:
+            async with thrust.Producer(endpoints=srv.endpoints[0], topics=["tx"]) as p:
+                srv.faults.fail_next("EndTransaction", Code.INVALID_TRANSACTION_ID, 1)
+                t = p.transaction()
+                await t.send(thrust.Message(topic="tx", body=b"x"))
+                with pytest.raises(thrust.errors.ThrustError) as info:
+                    await t.commit()
+                assert info.value.code == Code.INVALID_TRANSACTION_ID
+                assert srv.stats.calls["EndTransaction"] == 1
+
+    run(scenario)
