@@ -109,13 +109,13 @@ class InternalError(ThrustError):
     default_retriable = True
 
 
-class TimeoutError(ThrustError):  # noqa: A001 - deliberately shadows the builtin inside this namespace
+class TimeoutError(ThrustError):
     """The call's deadline passed (client side), or PROXY_TIMEOUT / persistence timeouts (5040x)."""
 
     default_retriable = True
 
 
-class ConnectionError(ThrustError):  # noqa: A001
+class ConnectionError(ThrustError):
     """The transport failed (gRPC UNAVAILABLE and friends) before a status came back."""
 
     default_retriable = True

@@ -136,11 +136,6 @@ def test_receive_reads_every_queue_of_the_topic(official_python: Path, tmp_path:
     _spread_scenario(tmp_path, fifo=False)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="server bug (docs/interop-findings.md F1, FIFO part): for FIFO groups ReceiveMessage still pops "
-    "only request.message_queue.id; upstream pops the acting queue (-1) for FIFO groups too (reference 7.4)",
-)
 @pytest.mark.timeout(60, func_only=True)
 def test_fifo_group_receive_reads_every_queue_of_the_topic(official_python: Path, tmp_path: Path) -> None:
     _spread_scenario(tmp_path, fifo=True)

@@ -502,8 +502,8 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
         topic = request.message_queue.topic.name
         group = request.group.name
         check_group(group)
-        info = self._topic(topic)
-        group_info = self._catalog.group(group)
+        self._topic(topic)  # TOPIC_NOT_FOUND unless auto-create
+        self._catalog.group(group)  # CONSUMER_GROUP_NOT_FOUND unless auto-create
         if request.auto_renew:
             invisible = DEFAULT_INVISIBLE_SECONDS
         else:
@@ -516,11 +516,11 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
         message_filter = self._filter(request.filter_expression)
         batch = request.batch_size
         batch = MAX_BATCH_SIZE if batch <= 0 else min(batch, MAX_BATCH_SIZE)
-        # The proxy pops the broker's acting queue (-1) whatever the assignment says (reference 7.4), so
-        # a simple consumer that names queue 3 still gets messages from every queue of the broker.
-        # Only a FIFO group's per-queue assignment narrows the pop to that queue.
+        # The proxy pops the broker's acting queue (-1) whatever the request's queue id says, FIFO groups
+        # included (reference 7.4: ReceiveMessageQueueSelector maps the broker name to queue -1). Clients
+        # rely on it: the official SimpleConsumer names a random route queue on every receive.
+        queue_id = -1
         mq = request.message_queue
-        queue_id = mq.id if group_info.fifo and 0 <= mq.id < info.queues else -1
         broker = self._broker
         index = self._index
         if mq.broker.name and mq.broker.name != broker.name:
@@ -1122,7 +1122,7 @@ class EmbeddedServer:
         self,
         client_id: str,
         build: Callable[[str], s.TelemetryCommand],
-        timeout: float,  # noqa: ASYNC109
+        timeout: float,
     ) -> s.TelemetryCommand:
         nonce = uuid.uuid4().hex
         future: asyncio.Future[s.TelemetryCommand] = asyncio.get_running_loop().create_future()
@@ -1137,7 +1137,7 @@ class EmbeddedServer:
     async def print_thread_stack_trace(
         self,
         client_id: str,
-        timeout: float = 5.0,  # noqa: ASYNC109
+        timeout: float = 5.0,
     ) -> s.TelemetryCommand:
         """Send PrintThreadStackTraceCommand; the client's `TelemetryCommand{thread_stack_trace}` reply.
 
@@ -1157,7 +1157,7 @@ class EmbeddedServer:
         self,
         client_id: str,
         message: d.Message,
-        timeout: float = 5.0,  # noqa: ASYNC109
+        timeout: float = 5.0,
     ) -> s.TelemetryCommand:
         """Send VerifyMessageCommand; the client's `TelemetryCommand{status, verify_message_result}`."""
 
