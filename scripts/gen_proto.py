@@ -24,9 +24,8 @@ GENERATED_SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")
 
 
 def _generate(out_root: Path) -> list[Path]:
-    from grpc_tools import protoc  # dev extra only
-
     import grpc_tools
+    from grpc_tools import protoc  # dev extra only
 
     well_known = Path(grpc_tools.__file__).parent / "_proto"
     sources = sorted(str(p.relative_to(PROTO_ROOT)) for p in PROTO_DIR.glob("*.proto"))
@@ -65,13 +64,19 @@ def main() -> int:
                 old = target.read_text() if target.exists() else ""
                 if old != new:
                     stale.append(path.name)
-                    diff = difflib.unified_diff(old.splitlines(), new.splitlines(), "committed", "fresh", lineterm="")
+                    diff = difflib.unified_diff(
+                        old.splitlines(), new.splitlines(), "committed", "fresh", lineterm=""
+                    )
                     sys.stdout.write("\n".join(list(diff)[:40]) + "\n")
             else:
                 shutil.copyfile(path, target)
         if ns.check:
             expected = {p.name for p in produced}
-            extra = [p.name for p in PROTO_DIR.iterdir() if p.name.endswith(GENERATED_SUFFIXES) and p.name not in expected]
+            extra = [
+                p.name
+                for p in PROTO_DIR.iterdir()
+                if p.name.endswith(GENERATED_SUFFIXES) and p.name not in expected
+            ]
             stale.extend(extra)
             if stale:
                 print("stale generated modules:", ", ".join(stale), "- run `make proto`")

@@ -148,9 +148,7 @@ _EXACT: dict[int, type[ThrustError]] = {
 }
 
 
-def error_for_status(
-    code: int, message: str, *, request_id: str | None = None
-) -> ThrustError:
+def error_for_status(code: int, message: str, *, request_id: str | None = None) -> ThrustError:
     """Build the typed error for a non-OK `Status` from a response body."""
     typed = Code.of(code)
     cls = _EXACT.get(code)
@@ -170,4 +168,6 @@ def error_for_status(
             cls = BadRequestError
         else:
             cls = UnsupportedError
-    return cls(message or (typed.name if isinstance(typed, Code) else str(code)), code=typed, request_id=request_id)
+    return cls(
+        message or (typed.name if isinstance(typed, Code) else str(code)), code=typed, request_id=request_id
+    )

@@ -127,7 +127,7 @@ def test_receive_validation() -> None:
     async def scenario() -> None:
         async with embedded_server(topics=["t"]) as srv, Wire(srv.endpoints[0]) as w:
             await w.consumer("g", "t")
-            code = lambda stream: status_of(stream).code
+            code = lambda stream: status_of(stream).code  # noqa: E731
             assert code(await w.receive("bad group!", "t")) == Code.ILLEGAL_CONSUMER_GROUP
             assert code(await w.receive("g", "t", invisible=5)) == Code.ILLEGAL_INVISIBLE_TIME
             assert code(await w.receive("g", "t", invisible=13 * 3600)) == Code.ILLEGAL_INVISIBLE_TIME
