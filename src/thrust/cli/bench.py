@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import json
 import math
+import os
 import platform
 import statistics
 import sys
@@ -87,7 +88,7 @@ def format_table(results: dict[str, Any], clients: list[str]) -> str:
                 elif "skipped" in entry:
                     cells.append(entry["skipped"] if n == 0 else "")
                     values[client] = None
-                elif "error" in entry:
+                elif "error" in entry and not entry["runs"]:
                     cells.append(f"error: {entry['error']}" if n == 0 else "")
                     values[client] = None
                 else:
@@ -97,6 +98,8 @@ def format_table(results: dict[str, Any], clients: list[str]) -> str:
                     text = _fmt(value, row.digits)
                     if spread and len(entry["runs"]) > 1 and value is not None and math.isfinite(value):
                         text += f" ({_fmt(spread[0], row.digits)}-{_fmt(spread[1], row.digits)})"
+                    if "error" in entry and n == 0:
+                        text += f" ({len(entry['runs'])} run(s); then error: {entry['error']})"
                     cells.append(text)
             if len(clients) == 2:
                 a, b = values.get("thrust"), values.get("official")
@@ -127,6 +130,7 @@ def run(args: argparse.Namespace) -> int:
     runs: dict[str, dict[str, list[dict[str, float]]]] = {i: {c: [] for c in clients} for i in ids}
     errors: dict[tuple[str, str], str] = {}
     started = time.time()
+    load_before = _loadavg()
     for r in range(args.repeat):
         for sid in ids:
             scenario = SCENARIOS[sid]
@@ -158,17 +162,26 @@ def run(args: argparse.Namespace) -> int:
                 runner = scenario.official
             if isinstance(runner, str):
                 results[sid][client] = {"skipped": runner}
-            elif (sid, client) in errors:
-                results[sid][client] = {"error": errors[(sid, client)], "runs": runs[sid][client]}
+            elif (sid, client) in errors and not runs[sid][client]:
+                results[sid][client] = {"error": errors[(sid, client)], "runs": []}
             else:
                 results[sid][client] = _aggregate(runs[sid][client])
+                if (sid, client) in errors:  # later runs skipped after a failure: say so in the cell
+                    results[sid][client]["error"] = errors[(sid, client)]
     table = format_table(results, clients)
     print(table)
     if args.json:
         data = {
             "command": " ".join(["thrust", *sys.argv[1:]]) if sys.argv else "thrust bench",
             "started": started,
-            "machine": {"python": platform.python_version(), "platform": platform.platform()},
+            "machine": {
+                "python": platform.python_version(),
+                "platform": platform.platform(),
+                "cpus": os.cpu_count(),
+                # other work on the machine skews every number: the 1/5/15-minute load averages
+                "loadavg_before": load_before,
+                "loadavg_after": _loadavg(),
+            },
             "duration": args.duration,
             "warmup": args.warmup,
             "repeat": args.repeat,
@@ -186,6 +199,14 @@ def run(args: argparse.Namespace) -> int:
         with open(args.json, "w") as fh:
             json.dump(data, fh, indent=2, default=_json_default)
     return 1 if errors else 0
+
+
+def _loadavg() -> list[float] | None:
+    try:
+        with open("/proc/loadavg") as fh:
+            return [float(x) for x in fh.read().split()[:3]]
+    except OSError:
+        return None
 
 
 def _shown(sid: str) -> set[str]:
