@@ -95,6 +95,9 @@ class ClientConfig:
         credentials: AK/SK (and optional session token); None sends no `authorization` header.
         tls: a `TlsConfig`, True (TLS with system roots) or False/None (plaintext).
         request_timeout: the deadline of each unary call in seconds (sub-second values allowed).
+        keepalive_interval, keepalive_timeout: HTTP/2 keepalive of every channel (seconds): a ping after
+            `keepalive_interval` without incoming data, and the connection is closed when its ack takes longer
+            than `keepalive_timeout`. The defaults (10 s, 10 s) find a dead connection within ~20 s.
     """
 
     endpoints: str
@@ -102,6 +105,8 @@ class ClientConfig:
     credentials: Credentials | None = None
     tls: TlsConfig | None = None
     request_timeout: float = 3.0
+    keepalive_interval: float = 10.0
+    keepalive_timeout: float = 10.0
 
     def __init__(
         self,
@@ -111,6 +116,8 @@ class ClientConfig:
         credentials: Credentials | None = None,
         tls: TlsConfig | bool | None = None,
         request_timeout: float = 3.0,
+        keepalive_interval: float = 10.0,
+        keepalive_timeout: float = 10.0,
     ) -> None:
         s = object.__setattr__
         s(self, "endpoints", _as_endpoints(endpoints))
@@ -125,6 +132,11 @@ class ClientConfig:
         if not timeout > 0:
             raise ValueError("request_timeout must be > 0 seconds")
         s(self, "request_timeout", timeout)
+        # gRPC keepalive works in whole milliseconds; below 0.1 s pings would flood the server.
+        if not (float(keepalive_interval) >= 0.1 and float(keepalive_timeout) >= 0.1):
+            raise ValueError("keepalive_interval and keepalive_timeout must be >= 0.1 seconds")
+        s(self, "keepalive_interval", float(keepalive_interval))
+        s(self, "keepalive_timeout", float(keepalive_timeout))
         # Validate the endpoints now so that a typo fails at construction, not at the first send.
         parse_endpoint(self.endpoints)
 
@@ -182,5 +194,6 @@ class ClientConfig:
     def __repr__(self) -> str:
         return (
             f"ClientConfig(endpoints={self.endpoints!r}, namespace={self.namespace!r}, "
-            f"credentials={self.credentials!r}, tls={self.tls!r}, request_timeout={self.request_timeout})"
+            f"credentials={self.credentials!r}, tls={self.tls!r}, request_timeout={self.request_timeout}, "
+            f"keepalive_interval={self.keepalive_interval}, keepalive_timeout={self.keepalive_timeout})"
         )

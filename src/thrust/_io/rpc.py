@@ -86,17 +86,28 @@ def translate_grpc_error(exc: grpc.RpcError, request_id: str | None, what: str) 
     return err
 
 
-def channel_options(endpoint: Endpoint, server_name: str | None) -> list[tuple[str, Any]]:
+def channel_options(
+    endpoint: Endpoint,
+    server_name: str | None,
+    keepalive_interval: float = 10.0,
+    keepalive_timeout: float = 10.0,
+) -> list[tuple[str, Any]]:
     """gRPC channel arguments.
 
-    Keepalive every 10 s with a 10 s timeout finds a dead connection within ~20 s, and the capped
-    reconnect backoff (1 s .. 5 s) brings a replacement up quickly, so a dead connection is replaced within
-    30 s (Java uses 300 s keepalive: reference §2). Retries are off (we retry by the server's policy),
-    sizes are unlimited like every upstream client, and a local subchannel pool keeps clients isolated.
+    Keepalive (by default every 10 s with a 10 s timeout: `ClientConfig.keepalive_*`) finds a dead
+    connection within ~20 s, and the capped reconnect backoff (1 s .. 5 s) brings a replacement up quickly,
+    so a dead connection is replaced within 30 s (Java uses 300 s keepalive: reference §2). The session
+    also replaces a channel after two consecutive transport failures (`ClientSession`, reference §4.3).
+    Retries are off (we retry by the server's policy), sizes are unlimited like every upstream client, and
+    a local subchannel pool keeps clients isolated (so a replaced channel gets a new connection).
     """
     options: list[tuple[str, Any]] = [
-        ("grpc.keepalive_time_ms", 10_000),
-        ("grpc.keepalive_timeout_ms", 10_000),
+        ("grpc.keepalive_time_ms", max(100, round(keepalive_interval * 1000))),
+        ("grpc.keepalive_timeout_ms", max(100, round(keepalive_timeout * 1000))),
+        # A keepalive that fires while another ping (e.g. a BDP probe) is unanswered waits for that ping,
+        # whose ack is bounded by the ping timeout (60 s by default), not by the keepalive timeout: a
+        # connection that died right after a BDP ping went out stayed "alive" for a minute.
+        ("grpc.http2.ping_timeout_ms", max(100, round(keepalive_timeout * 1000))),
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.max_pings_without_data", 0),
         ("grpc.initial_reconnect_backoff_ms", 1_000),
@@ -158,15 +169,18 @@ class RpcClient:
     up by its protocol name (e.g. "SendMessage").
     """
 
-    __slots__ = ("_channel", "_closed", "_metadata", "_stub", "endpoint")
+    __slots__ = ("_channel", "_closed", "_metadata", "_stub", "endpoint", "transport_failures")
 
     def __init__(self, endpoint: Endpoint, config: ClientConfig, metadata: Metadata) -> None:
         self.endpoint = endpoint
+        # Consecutive transport-level failures (DEADLINE_EXCEEDED / UNAVAILABLE) of calls on this channel;
+        # maintained by the session, which replaces the channel after two (reference §4.3).
+        self.transport_failures = 0
         self._metadata = metadata
         self._closed = False
         tls = config.tls
         server_name = tls.server_name if tls is not None else None
-        options = channel_options(endpoint, server_name)
+        options = channel_options(endpoint, server_name, config.keepalive_interval, config.keepalive_timeout)
         target = endpoint.target
         if tls is not None:
             root, key, chain = tls.read_files()
@@ -187,7 +201,7 @@ class RpcClient:
         self,
         rpc: str,
         request: Any,
-        timeout: float,  # noqa: ASYNC109 - a deadline passed to grpc, not a wait
+        timeout: float,
         ok: frozenset[int] = OK_ONLY,
     ) -> Any:
         """Call unary `rpc`, return its response; raise a ThrustError unless `status.code in ok`."""
@@ -204,7 +218,7 @@ class RpcClient:
             raise error_for_status(code, status.message, request_id=Metadata.request_id_of(md))
         return response
 
-    async def receive(self, request: Any, timeout: float) -> ReceiveResult:  # noqa: ASYNC109 - a deadline passed to grpc, not a wait
+    async def receive(self, request: Any, timeout: float) -> ReceiveResult:
         """Run one ReceiveMessage stream to completion (reference §1.3: clients act on completion).
 
         MESSAGE_NOT_FOUND is an empty result, not an error. Other non-OK statuses raise.

@@ -52,6 +52,13 @@ SETTINGS_SYNC_INTERVAL = 300.0
 ROUTE_REFRESH_INTERVAL = 30.0
 # Java waits 3 s + request timeout for the first Settings answer of a new endpoint (reference §4.2 item 3).
 SETTINGS_WAIT_EXTRA = 3.0
+# Java's recoverTransport: 2 consecutive DEADLINE_EXCEEDED (or UNAVAILABLE) replace the transport, at most
+# once per 30 s (reference §4.3). Our cooldown is shorter so that a replacement that was itself made while
+# the network was down can be replaced again well inside the 30 s budget for a dead connection (keepalive
+# is the backstop); failures are counted per channel, so the calls that were in flight on a replaced
+# channel never count against its successor.
+TRANSPORT_FAILURES_TO_RECOVER = 2
+TRANSPORT_RECOVERY_COOLDOWN = 5.0
 
 
 class EndpointSession:
@@ -136,6 +143,8 @@ class ClientSession:
         self._handler = _Handler(self, handler)
         self._intervals = (heartbeat_interval, settings_sync_interval, route_refresh_interval)
         self._rpcs: dict[Endpoint, RpcClient] = {}
+        self._recovered_at: dict[Endpoint, float] = {}
+        self.transport_recoveries = 0  # channels replaced after transport failures (diagnostics, tests)
         self._sessions: dict[Endpoint, asyncio.Task[EndpointSession]] = {}
         self.routes = RouteCache(route_refresh_interval)
         self.isolation = Isolation()
@@ -229,6 +238,35 @@ class ClientSession:
         if old is not None:
             self.spawn(old.close(self.config.request_timeout), f"thrust-close-channel-{endpoint}")
 
+    def _transport_failed(self, endpoint: Endpoint, client: RpcClient, exc: ThrustError) -> None:
+        """Count a transport failure of a call on `client`; recover the transport after two in a row."""
+        if exc.code is not None or self._closing:
+            return  # a RocketMQ status (e.g. PROXY_TIMEOUT) came back: the connection works
+        client.transport_failures += 1
+        if (
+            client.transport_failures < TRANSPORT_FAILURES_TO_RECOVER
+            or self._rpcs.get(endpoint) is not client
+        ):
+            return
+        now = time.monotonic()
+        last = self._recovered_at.get(endpoint)
+        if last is not None and now - last < TRANSPORT_RECOVERY_COOLDOWN:
+            return
+        self._recovered_at[endpoint] = now
+        self.recover_transport(endpoint, f"{client.transport_failures} consecutive failures, last: {exc}")
+
+    def recover_transport(self, endpoint: Endpoint, why: str) -> None:
+        """Java's recoverTransport (reference §4.3): a fresh channel (so a fresh connection) for `endpoint`,
+        and its telemetry stream reopened on it. Calls in flight on the old channel finish or time out."""
+        if self._closing:
+            return
+        logger.warning("connection to %s looks dead (%s); replacing it", endpoint, why)
+        self.transport_recoveries += 1
+        self._replace_channel(endpoint)
+        stream = self.telemetry(endpoint)
+        if stream is not None:
+            stream.reconnect()
+
     def session_task(self, endpoint: Endpoint) -> asyncio.Task[EndpointSession]:
         """The task that opens (or opened) the session with `endpoint`; created by the first caller."""
         task = self._sessions.get(endpoint)
@@ -317,7 +355,7 @@ class ClientSession:
         rpc: str,
         request: Any,
         *,
-        timeout: float | None = None,  # noqa: ASYNC109 - a deadline passed to grpc, not a wait
+        timeout: float | None = None,
         ok: frozenset[int] = OK_ONLY,
         need_session: bool = True,
     ) -> Any:
@@ -330,24 +368,40 @@ class ClientSession:
         self._check_open()
         if need_session and not self.is_ready(endpoint):
             await self.session(endpoint)
+        client = self.rpc(endpoint)
         self._inflight += 1
         try:
-            return await self.rpc(endpoint).unary(
+            response = await client.unary(
                 rpc, request, self.settings.request_timeout if timeout is None else timeout, ok
             )
+        except (errors.ConnectionError, errors.TimeoutError) as exc:
+            self._transport_failed(endpoint, client, exc)
+            raise
+        else:
+            if client.transport_failures:
+                client.transport_failures = 0
+            return response
         finally:
             self._inflight -= 1
             if self._inflight == 0 and self._idle is not None:
                 self._idle.set()
 
-    async def receive(self, endpoint: Endpoint, request: Any, *, timeout: float) -> ReceiveResult:  # noqa: ASYNC109 - a deadline passed to grpc, not a wait
+    async def receive(self, endpoint: Endpoint, request: Any, *, timeout: float) -> ReceiveResult:
         """One ReceiveMessage stream to completion on `endpoint` (session ensured first)."""
         self._check_open()
         if not self.is_ready(endpoint):
             await self.session(endpoint)
+        client = self.rpc(endpoint)
         self._inflight += 1
         try:
-            return await self.rpc(endpoint).receive(request, timeout)
+            result = await client.receive(request, timeout)
+        except (errors.ConnectionError, errors.TimeoutError) as exc:
+            self._transport_failed(endpoint, client, exc)
+            raise
+        else:
+            if client.transport_failures:
+                client.transport_failures = 0
+            return result
         finally:
             self._inflight -= 1
             if self._inflight == 0 and self._idle is not None:
@@ -446,7 +500,7 @@ class ClientSession:
             if stream is not None:
                 stream.sync_settings()
 
-    async def wait_idle(self, timeout: float) -> bool:  # noqa: ASYNC109 - a deadline passed to grpc, not a wait
+    async def wait_idle(self, timeout: float) -> bool:
         """Wait until no call is in flight (at most `timeout` seconds); True when idle."""
         if self._inflight == 0:
             return True
@@ -462,7 +516,7 @@ class ClientSession:
         finally:
             self._idle = None
 
-    async def close(self, timeout: float = 5.0) -> None:  # noqa: ASYNC109 - a deadline passed to grpc, not a wait
+    async def close(self, timeout: float = 5.0) -> None:
         """Close within `timeout` seconds; idempotent.
 
         Order: refuse new calls, wait for in-flight calls, NotifyClientTermination to every endpoint with a
