@@ -304,6 +304,7 @@ class PushConsumer:
         self._queues: dict[QueueId, _Queue] = {}
         self._selector = AssignmentEndpointSelector()
         self._scanners: dict[str, asyncio.Task[None]] = {}
+        self._route_changed: dict[str, asyncio.Event] = {}
         self._fifo_timers: dict[_Delivery, asyncio.TimerHandle] = {}
         self._start_task: asyncio.Task[None] | None = None
         self._close_task: asyncio.Task[None] | None = None
@@ -382,6 +383,8 @@ class PushConsumer:
         )
         self._dlq = BatchDriver("dlq", AckBatcher(AckConfig.unbatched()), self._send_dlq, self._dlq_finished)
         await session.start(())
+        self._route_changed = {t: asyncio.Event() for t in self.subscriptions}
+        session.add_route_listener(self._on_route_change)
         # Routes only: a broker slow to answer Settings must not hold up the others (seed 000 item 3).
         await asyncio.gather(*(session.route(t) for t in self.subscriptions))
         for topic in self.subscriptions:
@@ -446,27 +449,43 @@ class PushConsumer:
     # -- assignments (seed items 5a, 5b) --------------------------------------------------------------------
 
     async def _scan_loop(self, topic: str) -> None:
-        """Scan `topic` every `scan_interval`, and early when its cached route object changes."""
+        """Scan `topic` every `scan_interval`, and at once when the session reports a route change."""
         assert self._session is not None
         session = self._session
-        last_route: TopicRoute | None = None
+        changed = self._route_changed[topic]
         while not self._closing:
+            # Cleared before the scan: a change reported while it runs triggers the next one at once.
+            changed.clear()
             try:
-                last_route = await session.route(topic)
-                await self._scan(topic, last_route)
+                await self._scan(topic, await session.route(topic))
             except ThrustError as exc:
                 self._scan_log.failure(f"assignment scan of {topic!r} failed: {exc}", None)
             except asyncio.CancelledError:
                 raise
             except Exception:
                 logger.exception("assignment scan of %r failed", topic)
-            deadline = time.monotonic() + self.scan_interval
-            # The session refreshes routes itself (every 30 s); look for a new route object cheaply, so a
-            # route change is acted on within a second instead of at the next full scan.
-            while not self._closing and time.monotonic() < deadline:
-                await asyncio.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
-                if session.cached_route(topic) is not last_route:
-                    break
+            try:
+                async with asyncio.timeout(self.scan_interval):
+                    await changed.wait()
+            except TimeoutError:
+                pass
+
+    def _on_route_change(self, topic: str, route: TopicRoute) -> None:
+        """Route listener (the session refreshes routes every 30 s): queues on brokers that left the route
+        are dropped now (their sessions are being closed), and the topic is scanned again at once."""
+        changed = self._route_changed.get(topic)
+        if changed is None or self._closing:
+            return
+        if any(q.id.topic == topic and q.endpoint not in route.endpoints for q in self._queues.values()):
+            self._apply_assignment(
+                topic,
+                [
+                    q.route_queue
+                    for q in self._queues.values()
+                    if q.id.topic == topic and q.endpoint in route.endpoints
+                ],
+            )
+        changed.set()
 
     async def _query_assignment(self, topic: str, route: TopicRoute) -> list[RouteQueue]:
         """The queues QueryAssignment assigns to this client for `topic` (reference §4.4, §7.4)."""

@@ -9,7 +9,8 @@
   the next call tries again. Nothing holds a lock across I/O: a slow new endpoint never delays calls to
   endpoints that already have a session (seed 000 item 3; Java `ClientManagerImpl` holds a lock there,
   reference §4.9);
-- a route cache per topic with the same task-per-key pattern, refreshed every 30 s (reference §4.3);
+- a route cache per topic with the same task-per-key pattern, refreshed every 30 s (reference §4.3); route
+  listeners hear of every change, and sessions with endpoints that left every route are closed;
 - heartbeats every 10 s and a Settings re-sync every 5 min on every telemetry stream (reference §4.3);
 - `call(endpoint, rpc, request)` / `receive(endpoint, request)`: ensure the session, then call through
   `thrust._io.rpc`, where gRPC errors and non-OK statuses become ThrustErrors;
@@ -25,13 +26,13 @@ import logging
 import platform
 import socket
 import time
-from collections.abc import Awaitable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any, TypeVar
 
 from thrust import errors
 from thrust._codec import convert
 from thrust._core.endpoints import Endpoint
-from thrust._core.routes import Isolation, RouteCache, TopicRoute
+from thrust._core.routes import Isolation, RouteCache, RouteQueue, TopicRoute
 from thrust._core.settings import ClientSettings, ServerSettings, merge
 from thrust._io.metadata import CLIENT_VERSION, Metadata, new_client_id
 from thrust._io.rpc import OK_ONLY, ReceiveResult, RpcClient
@@ -149,6 +150,7 @@ class ClientSession:
         self.routes = RouteCache(route_refresh_interval)
         self.isolation = Isolation()
         self._route_tasks: dict[str, asyncio.Task[TopicRoute]] = {}
+        self._route_listeners: list[Callable[[str, TopicRoute], None]] = []
         self._tasks: set[asyncio.Task[Any]] = set()
         self._periodic: list[asyncio.Task[None]] = []
         self._inflight = 0
@@ -430,14 +432,65 @@ class ClientSession:
             topic=self.resource(topic), endpoints=convert.endpoint_to_pb(self.access_point)
         )
         response = await self.call(self.access_point, "QueryRoute", request, need_session=False)
-        update = self.routes.update(
-            topic, convert.route_queues_from_pb(topic, response.message_queues), time.monotonic()
-        )
-        for endpoint in update.route.endpoints:
-            if endpoint not in self._sessions and not self._closing:
-                # Open sessions to new brokers in the background; errors surface on first use.
+        return self.apply_route(topic, convert.route_queues_from_pb(topic, response.message_queues))
+
+    def apply_route(self, topic: str, queues: Iterable[RouteQueue]) -> TopicRoute:
+        """Store a freshly fetched route of `topic` and act on it (no I/O here, tasks only):
+
+        - sessions with brokers new to the route open in the background (errors surface on first use);
+        - route listeners are told when the topic's queues changed (`add_route_listener`);
+        - sessions with endpoints that are in no route any more (and are not the access point) are closed:
+          their telemetry stream ends and their channel closes once in-flight calls are done. Java keeps
+          them until its 30 min idle sweep and stops renewing their telemetry (reference §4.3, §4.8).
+        """
+        old = self.routes.get(topic)
+        route = self.routes.update(topic, queues, time.monotonic()).route
+        if self._closing:
+            return route
+        for endpoint in route.endpoints:
+            if endpoint not in self._sessions:
                 self.session_task(endpoint)
-        return update.route
+        if old is None or old.queues != route.queues:
+            for listener in list(self._route_listeners):
+                try:
+                    listener(topic, route)
+                except Exception:  # a listener bug must not break route handling for the others
+                    logger.exception("route listener failed for topic %r", topic)
+        self._close_orphaned_sessions()
+        return route
+
+    def add_route_listener(self, listener: Callable[[str, TopicRoute], None]) -> Callable[[], None]:
+        """Call `listener(topic, route)` (on the loop, synchronously) whenever a fetched route of a topic
+        differs from the cached one (the first fetch included); returns a function that unregisters it."""
+        self._route_listeners.append(listener)
+
+        def remove() -> None:
+            if listener in self._route_listeners:
+                self._route_listeners.remove(listener)
+
+        return remove
+
+    def _close_orphaned_sessions(self) -> None:
+        keep = self.routes.endpoints() | {self.access_point}
+        for endpoint in [ep for ep in self._sessions if ep not in keep]:
+            logger.info("%s left every route; closing its session", endpoint)
+            self.close_endpoint(endpoint)
+
+    def close_endpoint(self, endpoint: Endpoint) -> None:
+        """Close the session with `endpoint` (its telemetry stream) and its channel, in the background.
+
+        In-flight calls on the channel may finish within the request timeout; a later call opens a new
+        session. The access point keeps its channel (routes are queried through it)."""
+        task = self._sessions.pop(endpoint, None)
+        if task is not None:
+            if task.done() and not task.cancelled() and task.exception() is None:
+                self.spawn(task.result().telemetry.close(), f"thrust-close-telemetry-{endpoint}")
+            else:
+                task.cancel()
+        if endpoint != self.access_point:
+            rpc = self._rpcs.pop(endpoint, None)
+            if rpc is not None:
+                self.spawn(rpc.close(self.config.request_timeout), f"thrust-close-channel-{endpoint}")
 
     def cached_route(self, topic: str) -> TopicRoute | None:
         """The cached route of `topic`, without I/O."""

@@ -1,0 +1,41 @@
+"""The push consumer reacts to route changes reported by the session, without polling the route cache."""
+
+from __future__ import annotations
+
+from tests.client.test_client_routes import drop_second_broker
+from tests.push._util import ready, run, until
+from thrust.message import ConsumeResult, Message, ReceivedMessage
+from thrust.producer import Producer
+from thrust.push_consumer import PushConsumer
+from thrust.testing import embedded_server
+
+
+def test_route_change_drops_the_brokers_queues_at_once_and_rescans() -> None:
+    got: list[bytes] = []
+
+    def listener(m: ReceivedMessage) -> ConsumeResult:
+        got.append(m.body)
+        return ConsumeResult.SUCCESS
+
+    async def main() -> None:
+        async with embedded_server(topics=["t"], groups=["g"], brokers=2) as srv:
+            ep = srv.endpoints[0]
+            # A scan interval far beyond the test: only the route change can cause a new scan.
+            consumer = PushConsumer(
+                endpoints=ep, group="g", subscriptions={"t": "*"}, listener=listener, scan_interval=600
+            )
+            async with consumer:
+                await ready(consumer, queues=2)
+                scans = srv.stats.calls["QueryAssignment"]
+                drop_second_broker(srv)
+                await consumer.session.refresh_routes()
+                # Dropped while handling the notification, not at some later poll.
+                assert len(consumer.stats().queues) == 1
+                await until(lambda: srv.stats.calls["QueryAssignment"] > scans)
+                await until(lambda: len(consumer.session.open_sessions()) == 1)
+                assert len(consumer.stats().queues) == 1
+                async with Producer(endpoints=ep, topics=["t"]) as producer:
+                    await producer.send(Message(topic="t", body=b"after"))
+                await until(lambda: got == [b"after"])
+
+    run(main())
