@@ -16,7 +16,7 @@ def run(coro: Coroutine[Any, Any, Any]) -> Any:
     return asyncio.run(coro)
 
 
-async def until(pred: Callable[[], bool], timeout: float = 10.0, step: float = 0.01) -> None:  # noqa: ASYNC109
+async def until(pred: Callable[[], bool], timeout: float = 10.0, step: float = 0.01) -> None:
     """Wait (on the loop) until `pred()` holds; fail after `timeout` seconds."""
     end = time.monotonic() + timeout
     while not pred():

@@ -296,7 +296,7 @@ def test_receive_errors_back_off_reuse_the_attempt_id_and_several_receives_run_p
                 attempts: list[tuple[str, str]] = []
                 receive = session.receive
 
-                async def spy(endpoint: object, request: object, *, timeout: float) -> object:  # noqa: ASYNC109
+                async def spy(endpoint: object, request: object, *, timeout: float) -> object:
                     attempts.append((request.attempt_id, ""))  # type: ignore[attr-defined]
                     try:
                         return await receive(endpoint, request, timeout=timeout)  # type: ignore[arg-type]

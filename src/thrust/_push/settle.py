@@ -124,7 +124,7 @@ class BatchDriver:
         self._timer_at = None
         self._pump()
 
-    async def drain(self, timeout: float) -> bool:  # noqa: ASYNC109 - a bound on the drain, not an I/O deadline
+    async def drain(self, timeout: float) -> bool:
         """Send everything pending or retrying now and wait until done (at most `timeout`); True when idle."""
         batcher = self.batcher
         for batch in batcher.flush_all(time.monotonic()):
