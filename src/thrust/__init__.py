@@ -16,7 +16,14 @@ Logging goes to `logging.getLogger("thrust.*")`; the library never adds handlers
 from __future__ import annotations
 
 import logging
+import os
 from typing import TYPE_CHECKING, Any
+
+# gRPC's fork handlers serve only its synchronous stack; with grpc.aio threads running they can crash a
+# forked child (seen as SIGSEGV in tests/client/test_client_sync.py). thrust uses grpc.aio only and turns
+# fork use of a client into a clear error itself (thrust.sync), so it asks gRPC to stay out of fork()
+# unless the application chose otherwise. This must happen before grpc is first imported.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
 from thrust.config import ClientConfig, Credentials, TlsConfig
 from thrust.errors import (
