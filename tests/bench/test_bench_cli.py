@@ -70,7 +70,8 @@ def test_bench_both_clients_short(tmp_path: Path) -> None:
         tmp_path, "--scenarios", "1,7b", "--client", "both", "--duration", "1", "--warmup", "0.2", timeout=55
     )
     rows = _table_rows(proc.stdout)
-    assert len(rows) == 4 and len(rows[0]) == 5  # scenario, metric, thrust, official, ratio
+    assert len(rows) == len(SCENARIOS["1"].rows) + len(SCENARIOS["7b"].rows)
+    assert all(len(r) == 5 for r in rows)  # scenario, metric, thrust, official, ratio
     official = data["scenarios"]["1"]["results"]["official"]
     assert official["median"]["consumed_per_s"] > 0
     assert rows[0][4].endswith("x")
