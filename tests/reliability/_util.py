@@ -1,0 +1,130 @@
+"""Shared helpers of the reliability suite: one loop per test, and sends/receives recorded in a history.
+
+Every payload carries its id at the start of the body (`b"<pid>|..."`), so a delivery can be matched to
+its send without trusting message ids (the checker uses the ids to tell duplicates apart).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, TypeVar
+
+import thrust
+from thrust.errors import ConnectionError, ThrustError, TimeoutError
+from thrust.reliability.history import HistoryRecorder
+
+T = TypeVar("T")
+
+# Transport-level failures leave the outcome of a send unknown: the request may have been stored.
+INDETERMINATE = (TimeoutError, ConnectionError)
+
+
+def run(scenario: Callable[[], Awaitable[T]], timeout: float = 55.0) -> T:
+    """Run `scenario()` on a fresh loop; fail if it leaves any thrust-* task running."""
+
+    async def main() -> T:
+        result = await asyncio.wait_for(scenario(), timeout)
+        leftovers = [
+            t
+            for t in asyncio.all_tasks()
+            if t is not asyncio.current_task() and t.get_name().startswith("thrust-")
+        ]
+        assert not leftovers, f"tasks outlived close: {leftovers}"
+        return result
+
+    return asyncio.run(main())
+
+
+def body(pid: str, size: int = 0) -> bytes:
+    """A body starting with the payload id, padded to at least `size` bytes."""
+    head = pid.encode() + b"|"
+    return head + b"x" * max(0, size - len(head))
+
+
+def pid_of(message: thrust.ReceivedMessage) -> str:
+    return message.body.split(b"|", 1)[0].decode()
+
+
+async def send_recorded(
+    rec: HistoryRecorder,
+    producer: thrust.Producer,
+    message: thrust.Message,
+    pid: str,
+    *,
+    producer_name: str = "p",
+) -> thrust.SendReceipt | None:
+    """Send once, recording invoke and ok / fail / unknown; never raises a ThrustError."""
+    op = rec.invoke(pid, group=message.message_group, producer=producer_name)
+    try:
+        receipt = await producer.send(message)
+    except INDETERMINATE as exc:
+        rec.unknown(op, error=type(exc).__name__)
+        return None
+    except ThrustError as exc:
+        rec.fail(op, error=type(exc).__name__)
+        return None
+    rec.ok(op, receipt.message_id)
+    return receipt
+
+
+def record_delivery(rec: HistoryRecorder, m: thrust.ReceivedMessage, consumer: str = "c") -> int:
+    return rec.delivered(
+        pid_of(m), m.message_id, group=m.message_group, attempt=m.delivery_attempt, consumer=consumer
+    )
+
+
+async def drain(
+    rec: HistoryRecorder,
+    consumer: thrust.SimpleConsumer,
+    expected: Iterable[str],
+    *,
+    budget: float = 30.0,
+    idle: float = 3.0,
+    invisible: float = 30.0,
+    name: str = "c",
+) -> set[str]:
+    """Receive and ack until every `expected` payload arrived (then `idle` more seconds of nothing),
+    or `budget` runs out. Records every delivery and ack; returns the payload ids seen."""
+    want = set(expected)
+    seen: set[str] = set()
+    end = time.monotonic() + budget
+    quiet_since: float | None = None
+    while time.monotonic() < end:
+        try:
+            batch = await consumer.receive(32, invisible)
+        except ThrustError:
+            await asyncio.sleep(0.2)
+            continue
+        if not batch:
+            if want <= seen:
+                quiet_since = quiet_since or time.monotonic()
+                if time.monotonic() - quiet_since >= idle:
+                    break
+            continue
+        quiet_since = None
+        refs = [record_delivery(rec, m, name) for m in batch]
+        errors = await consumer.ack_many(batch)
+        for m, ref, err in zip(batch, refs, errors, strict=True):
+            seen.add(pid_of(m))
+            if err is None:
+                rec.acked(ref)
+            else:
+                rec.ack_failed(ref, error=type(err).__name__)
+    return seen
+
+
+async def until(pred: Callable[[], bool], timeout: float = 10.0, step: float = 0.02) -> None:
+    end = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > end:
+            raise AssertionError(f"condition not reached within {timeout}s")
+        await asyncio.sleep(step)
+
+
+def assert_report(report: Any, *names: str) -> None:
+    """Assert the named verdicts hold (or are not applicable); the summary explains a failure."""
+    for name in names:
+        v = report.verdict(name)
+        assert v.ok is not False, f"{name} failed: {v.detail}\n{report.summary}"
