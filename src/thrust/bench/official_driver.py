@@ -55,8 +55,80 @@ async def _timer(stop, samples):
         samples.append((loop.time() - t - 0.01) * 1000.0)
 
 
+def e2e(cfg):
+    """Scenario 6: a producer at `rate` msg/s for `seconds` and a push consumer in the same process;
+    per 1 s interval, the messages consumed and the p99 of born time -> listener (ms)."""
+    from rocketmq import (
+        ClientConfiguration,
+        ConsumeResult,
+        Credentials,
+        FilterExpression,
+        Message,
+        MessageListener,
+        Producer,
+        PushConsumer,
+    )
+
+    topic = cfg["topics"][0]
+    lock = threading.Lock()
+    current = []
+
+    class Listener(MessageListener):
+        def consume(self, message):
+            latency = time.time() * 1000.0 - (message.born_timestamp or 0)
+            with lock:
+                current.append(latency)
+            return ConsumeResult.SUCCESS
+
+    config = ClientConfiguration(cfg["endpoints"], Credentials())
+    consumer = PushConsumer(config, cfg["group"], Listener(), {topic: FilterExpression("*")})
+    consumer.startup()
+    producer = Producer(config, (topic,))
+    producer.startup()
+    emit("started")
+    rate = float(cfg["rate"])
+    seconds = float(cfg["seconds"])
+    body = b"x" * int(cfg.get("size", 64))
+    errors = [0]
+
+    def send_loop():
+        start = time.monotonic()
+        i = 0
+        while time.monotonic() - start < seconds:
+            due = start + i / rate
+            now = time.monotonic()
+            if now < due:
+                time.sleep(due - now)
+            message = Message()
+            message.topic = topic
+            message.body = body
+            try:
+                producer.send_async(message)
+            except Exception:
+                errors[0] += 1
+            i += 1
+
+    sender = threading.Thread(target=send_loop, daemon=True)
+    sender.start()
+    intervals = []
+    t_end = time.monotonic() + seconds + float(cfg.get("drain", 5.0))
+    while time.monotonic() < t_end:
+        time.sleep(1.0)
+        with lock:
+            batch = current[:]
+            current.clear()
+        batch.sort()
+        p99 = batch[min(len(batch) - 1, int(len(batch) * 0.99))] if batch else None
+        intervals.append({"count": len(batch), "p99": p99})
+    emit("e2e_result", intervals=intervals, send_errors=errors[0])
+    os._exit(0)
+
+
 def main():
     cfg = json.loads(sys.argv[1])
+    if cfg.get("mode") == "e2e":
+        e2e(cfg)
+        return
     from rocketmq import (
         ClientConfiguration,
         ConsumeResult,
