@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck layers pytest proto clean
+.PHONY: run demo test lint typecheck layers pytest proto clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -12,8 +12,13 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[cli,dev]'
 	touch $(STAMP)
 
-# The main job: the embedded server in a subprocess and messages pushed through it end to end.
+# The main job: `thrust perf e2e` for 20 s. Without --endpoints it starts `thrust serve` in a
+# subprocess; a producer and a push consumer run against it, with pulsar-perf style lines every 5 s.
 run: $(STAMP)
+	$(BIN)/thrust perf e2e --duration 20 --interval 5 --rate 1000
+
+# A shorter tour: normal, FIFO and delay messages through Producer and SimpleConsumer, all accounted for.
+demo: $(STAMP)
 	$(BIN)/python -m thrust.cli.demo
 
 lint: $(STAMP)
