@@ -128,3 +128,13 @@ def assert_report(report: Any, *names: str) -> None:
     for name in names:
         v = report.verdict(name)
         assert v.ok is not False, f"{name} failed: {v.detail}\n{report.summary}"
+
+
+def first_delivery_times(rec: HistoryRecorder, pids: Iterable[str]) -> dict[str, float]:
+    """When each payload was first delivered (the recorder's monotonic clock)."""
+    want = set(pids)
+    times: dict[str, float] = {}
+    for e in rec.snapshot().events:
+        if e.kind == "deliver" and e.payload_id in want and e.payload_id not in times:
+            times[e.payload_id] = e.t
+    return times
