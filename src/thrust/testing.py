@@ -68,7 +68,8 @@ async def embedded_server(
 ) -> AsyncIterator[EmbeddedServer]:
     """Run an `EmbeddedServer` on the current event loop for the duration of the block.
 
-    `topics` are `NAME[:QUEUES[:TYPE]]` strings or `TopicSpec`s, `groups` `NAME[:fifo]` or `GroupSpec`s.
+    `topics` are `NAME[:QUEUES[:TYPE]][@B1+B2]` strings or `TopicSpec`s, `groups` `NAME[:fifo]` or
+    `GroupSpec`s.
     With `auto_create` unknown topics are created on first use. The server object exposes `endpoints`
     (`"127.0.0.1:PORT"` per broker), `ports`, `brokers`, `catalog`, `faults` and `stats`.
     """

@@ -80,8 +80,9 @@ def register(subparsers: Any) -> None:
         "--topic",
         action="append",
         default=[],
-        metavar="NAME[:QUEUES[:TYPE]]",
-        help="create a topic; TYPE is NORMAL (default), FIFO, DELAY, TRANSACTION, MIXED or a+b",
+        metavar="NAME[:QUEUES[:TYPE]][@B1+B2]",
+        help="create a topic; TYPE is NORMAL (default), FIFO, DELAY, TRANSACTION, MIXED or a+b; "
+        "@0+2 places it on brokers 0 and 2 only (default: every broker)",
     )
     parser.add_argument(
         "--group", action="append", default=[], metavar="NAME[:fifo]", help="create a consumer group"

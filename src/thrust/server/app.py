@@ -15,11 +15,13 @@ _MIXED = (MessageType.NORMAL, MessageType.FIFO, MessageType.DELAY, MessageType.T
 
 @dataclass(frozen=True, slots=True)
 class TopicSpec:
-    """A topic to create at start: `queues` queues on every broker, accepting `types`."""
+    """A topic to create at start: `queues` queues accepting `types` on each broker of `brokers`
+    (broker indexes; empty: every broker)."""
 
     name: str
     queues: int = 4
     types: tuple[MessageType, ...] = (MessageType.NORMAL,)
+    brokers: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,11 +34,21 @@ class GroupSpec:
 
 
 def parse_topic(spec: str | TopicSpec) -> TopicSpec:
-    """`NAME[:QUEUES[:TYPE]]`; TYPE is NORMAL, FIFO, DELAY, TRANSACTION, LITE, PRIORITY, MIXED (the
-    first four, like upstream's MIXED attribute), or several joined by `+` (`NORMAL+DELAY`)."""
+    """`NAME[:QUEUES[:TYPE]][@B1+B2...]`; TYPE is NORMAL, FIFO, DELAY, TRANSACTION, LITE, PRIORITY, MIXED
+    (the first four, like upstream's MIXED attribute), or several joined by `+` (`NORMAL+DELAY`);
+    `@B1+B2` places the topic on those broker indexes only (default: every broker)."""
     if isinstance(spec, TopicSpec):
         return spec
-    parts = spec.split(":")
+    body, at, placement = spec.partition("@")
+    brokers: tuple[int, ...] = ()
+    if at:
+        try:
+            brokers = tuple(dict.fromkeys(int(b) for b in placement.split("+")))
+        except ValueError:
+            raise ValueError(f"topic spec {spec!r}: @BROKERS must be broker indexes joined by +") from None
+        if any(b < 0 for b in brokers):
+            raise ValueError(f"topic spec {spec!r}: broker indexes start at 0")
+    parts = body.split(":")
     if not parts[0] or len(parts) > 3:
         raise ValueError(f"topic spec {spec!r} is not NAME[:QUEUES[:TYPE]]")
     queues = 4
@@ -59,7 +71,7 @@ def parse_topic(spec: str | TopicSpec) -> TopicSpec:
                 except KeyError:
                     raise ValueError(f"topic spec {spec!r}: unknown message type {word!r}") from None
         types = tuple(dict.fromkeys(kinds))
-    return TopicSpec(parts[0], queues, types)
+    return TopicSpec(parts[0], queues, types, brokers)
 
 
 def parse_group(spec: str | GroupSpec) -> GroupSpec:

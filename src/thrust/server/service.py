@@ -10,7 +10,7 @@ Wire behaviour follows the Apache RocketMQ proxy (reference 7, checklist 7.8):
   Telemetry alone uses gRPC codes (INVALID_ARGUMENT for PUBSUB_NOT_SET);
 - `BrokerError` / `Invalid` become their status code; anything unexpected INTERNAL_SERVER_ERROR
   (the proxy's catch-all 50001), never a gRPC INTERNAL;
-- one `grpc.aio.server` per broker port; QueryRoute on any port lists every broker.
+- one `grpc.aio.server` per broker port; QueryRoute on any port lists every broker hosting the topic.
 
 Long polling is event-driven: a waiting ReceiveMessage parks a future under (broker, topic); sends,
 acks of FIFO messages, nacks, transaction commits and the timer (visibility changes, delayed messages
@@ -231,7 +231,7 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
             info = self._topic(request.topic.name)
             response = s.QueryRouteResponse(status=_STATUS_OK)
             types = [int(t) for t in sorted(info.types)]
-            for broker_pb in self._server.route_brokers(request.endpoints):
+            for broker_pb in self._server.route_brokers(request.endpoints, info):
                 for qid in range(info.queues):
                     mq = response.message_queues.add()
                     mq.topic.CopyFrom(request.topic)
@@ -257,7 +257,7 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
             # Non-FIFO groups: one "acting queue" id -1 per broker, load balanced by pop; FIFO groups:
             # one assignment per queue. The same list for every client (reference 7.4).
             ids = range(info.queues) if group.fifo else (-1,)
-            for broker_pb in self._server.route_brokers(request.endpoints):
+            for broker_pb in self._server.route_brokers(request.endpoints, info):
                 for qid in ids:
                     mq = response.assignments.add().message_queue
                     mq.topic.CopyFrom(request.topic)
@@ -867,7 +867,11 @@ class EmbeddedServer:
             auto_create_topics=config.auto_create_topics, default_queues=config.default_queues
         )
         for topic in config.topics:
-            self.catalog.create_topic(topic.name, topic.queues, topic.types)
+            for b in topic.brokers:
+                if b >= count:
+                    raise ValueError(f"topic {topic.name!r} is placed on broker {b}, but there are {count}")
+            hosts = [f"{config.broker_prefix}-{b}" for b in topic.brokers] if topic.brokers else None
+            self.catalog.create_topic(topic.name, topic.queues, topic.types, hosts)
         for group in config.groups:
             self.catalog.create_group(group.name, fifo=group.fifo, retry=group.retry)
         self.brokers = [
@@ -1001,9 +1005,9 @@ class EmbeddedServer:
     # ------------------------------------------------------------------------------------------
     # routes
 
-    def route_brokers(self, requested: d.Endpoints) -> list[d.Broker]:
-        """Every broker as `Broker{name, id 0, endpoints}`: the host the client dialed (from the
-        request's endpoints, reference 7.3) with that broker's port."""
+    def route_brokers(self, requested: d.Endpoints, topic: TopicInfo | None = None) -> list[d.Broker]:
+        """Every broker (hosting `topic`, when given) as `Broker{name, id 0, endpoints}`: the host the
+        client dialed (from the request's endpoints, reference 7.3) with that broker's port."""
         host: str | None = None
         scheme = 0
         if requested.addresses:
@@ -1017,6 +1021,8 @@ class EmbeddedServer:
             scheme = _scheme_of(host)
         out = []
         for broker, port in zip(self.brokers, self.ports, strict=False):
+            if topic is not None and not topic.hosted_on(broker.name):
+                continue
             pb = d.Broker(name=broker.name, id=0)
             pb.endpoints.scheme = cast(Any, scheme)
             pb.endpoints.addresses.add(host=host, port=port)

@@ -292,6 +292,12 @@ def _invalid_handle(reason: str) -> BrokerError:
     return BrokerError(Code.INVALID_RECEIPT_HANDLE, f"invalid receipt handle: {reason}")
 
 
+def _not_hosted(topic: str, broker: str) -> BrokerError:
+    # A broker the topic was not created on has no TopicConfig for it: upstream answers TOPIC_NOT_EXIST,
+    # which the proxy maps to TOPIC_NOT_FOUND.
+    return BrokerError(Code.TOPIC_NOT_FOUND, f"topic {topic!r} does not exist on broker {broker!r}")
+
+
 def broker_of_handle(handle: str) -> str | None:
     """The broker name inside a receipt or recall handle made by any `Broker`, or None if malformed.
 
@@ -418,7 +424,7 @@ class Broker:
 
         Raises:
             BrokerError(MESSAGE_CORRUPTED): no messages, or different topics.
-            BrokerError(TOPIC_NOT_FOUND): unknown topic (without auto-create).
+            BrokerError(TOPIC_NOT_FOUND): unknown topic (without auto-create), or not hosted here.
             BrokerError(MESSAGE_PROPERTY_CONFLICT_WITH_TYPE): the topic does not accept a message's type.
             BrokerError(ILLEGAL_DELIVERY_TIME): a delivery time more than `max_delay` ahead.
             BrokerError(TOO_MANY_REQUESTS): too many delayed/prepared messages held.
@@ -431,6 +437,8 @@ class Broker:
             if message.topic != topic:
                 raise BrokerError(Code.MESSAGE_CORRUPTED, "all messages of one request must share a topic")
         info = self._catalog.topic(topic)
+        if not info.hosted_on(self.name):
+            raise _not_hosted(topic, self.name)
         held = 0
         for message in messages:
             if message.message_type not in info.types:
@@ -575,6 +583,8 @@ class Broker:
         """
         self._advance(now)
         info = self._catalog.topic(topic)
+        if not info.hosted_on(self.name):
+            raise _not_hosted(topic, self.name)
         ginfo = self._catalog.group(group)
         if batch_size < 1:
             raise BrokerError(Code.BAD_REQUEST, f"batch size must be at least 1, got {batch_size}")

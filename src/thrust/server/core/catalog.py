@@ -51,15 +51,20 @@ class Catalog:
         self._groups: dict[str, GroupInfo] = {}
 
     def create_topic(
-        self, name: str, queues: int = 4, types: Iterable[MessageType] = (MessageType.NORMAL,)
+        self,
+        name: str,
+        queues: int = 4,
+        types: Iterable[MessageType] = (MessageType.NORMAL,),
+        brokers: Iterable[str] | None = None,
     ) -> TopicInfo:
-        """Create (or reconfigure) a topic with `queues` queues accepting `types`; returns its info.
+        """Create (or reconfigure) a topic with `queues` queues accepting `types`, hosted on the brokers
+        named in `brokers` (None: every broker); returns its info.
 
         Re-creating an existing topic replaces its info. Brokers add queues when the count grows;
         when it shrinks the extra queues keep their messages but receive no new ones.
 
         Raises:
-            BrokerError(BAD_REQUEST): empty name, `queues < 1`, or no message type.
+            BrokerError(BAD_REQUEST): empty name, `queues < 1`, no message type, or an empty `brokers`.
         """
         try:
             kinds = frozenset(MessageType(t) for t in types)
@@ -71,7 +76,10 @@ class Catalog:
             raise BrokerError(Code.BAD_REQUEST, f"a topic needs at least one queue, got {queues}")
         if not kinds:
             raise BrokerError(Code.BAD_REQUEST, "a topic must accept at least one message type")
-        info = TopicInfo(name=name, queues=queues, types=kinds)
+        hosts = None if brokers is None else frozenset(brokers)
+        if hosts is not None and not hosts:
+            raise BrokerError(Code.BAD_REQUEST, f"topic {name!r} must live on at least one broker")
+        info = TopicInfo(name=name, queues=queues, types=kinds, brokers=hosts)
         self._topics[name] = info
         return info
 

@@ -131,11 +131,19 @@ class RetryPolicy:
 
 @dataclass(frozen=True, slots=True)
 class TopicInfo:
-    """A topic: queue ids 0..queues-1 on every broker, accepting `types` (route `accept_message_types`)."""
+    """A topic: queue ids 0..queues-1 on each broker that hosts it, accepting `types` (route
+    `accept_message_types`). `brokers`: the names of the brokers hosting it (None: every broker); like a
+    topic created on only some brokers of a cluster (upstream `updateTopic -b`), the others answer
+    TOPIC_NOT_FOUND and QueryRoute lists only the hosts."""
 
     name: str
     queues: int
     types: frozenset[MessageType]
+    brokers: frozenset[str] | None = None
+
+    def hosted_on(self, broker: str) -> bool:
+        """True when broker `broker` (by name) hosts this topic."""
+        return self.brokers is None or broker in self.brokers
 
 
 @dataclass(frozen=True, slots=True)
