@@ -45,10 +45,11 @@ fault flags (repeatable; RPC is a method name such as SendMessage, CODE a status
   --fault-settings-delay SECONDS[:BROKER]   delay Telemetry settings replies (on one broker)
   --fault-ack-entry CODE[:FIRST[:FRACTION]] fail the first FIRST ack attempts of each message
                                             (and a fraction of all ack entries) with CODE
+  --fault-assignment TOPIC:GROUP:B.Q[+B.Q]  QueryAssignment answers these (broker index.queue id)
   --fault-seed N                            seed of the random fractions (default 0)
 """
 
-_FAULT_KINDS = ("latency", "fail", "fail-fraction", "drop", "settings-delay", "ack-entry")
+_FAULT_KINDS = ("latency", "fail", "fail-fraction", "drop", "settings-delay", "ack-entry", "assignment")
 
 logger = logging.getLogger("thrust.server")
 

@@ -13,6 +13,7 @@ run is reproducible.
     faults.delay_settings(2.0, broker=1)                       # Telemetry settings reply on broker 1
     faults.expire_messages("01AB...")                          # its handles -> INVALID_RECEIPT_HANDLE
     faults.fail_ack_entries(first_attempts=1)                  # each message's first ack entry fails
+    faults.set_assignment("t", "g", [(1, 0)])                  # QueryAssignment: broker 1's queue 0 only
 
 `Stats` counts calls per RPC and entries (Ack entries, sent messages, delivered messages), so tests can
 assert which calls a client made.
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter, OrderedDict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Final
@@ -136,6 +138,7 @@ class Faults:
         self._ack_first_attempts = 0
         self._ack_fraction = 0.0
         self._ack_attempts: OrderedDict[str, int] = OrderedDict()
+        self._assignments: dict[tuple[str, str], tuple[tuple[int, int], ...]] = {}
         self._active = False
         self.stats = Stats()
 
@@ -228,8 +231,31 @@ class Faults:
         self._ack_attempts.clear()
         self._refresh()
 
+    def set_assignment(self, topic: str, group: str, queues: Iterable[tuple[int, int]] | None) -> None:
+        """Make QueryAssignment for (`topic`, `group`) answer exactly `queues`, each a
+        `(broker index, queue id)` (queue id -1: the broker's acting queue), in that order, on every
+        port; None removes the override. An empty list is an empty assignment. Lets a test stage
+        "the assignment moves from queue 0 to queue 1" (seed 000 item 5a), which a real proxy does on
+        rebalance. Entries naming a broker the server does not have are left out of the answer."""
+        key = (topic, group)
+        if queues is None:
+            self._assignments.pop(key, None)
+            return
+        entries = tuple((int(b), int(q)) for b, q in queues)
+        for broker, queue in entries:
+            if broker < 0 or queue < -1:
+                raise ValueError(f"bad assignment entry ({broker}, {queue})")
+        self._assignments[key] = entries
+
+    def assignment(self, topic: str, group: str) -> tuple[tuple[int, int], ...] | None:
+        """The override set by `set_assignment` for (`topic`, `group`), or None."""
+        if not self._assignments:
+            return None
+        return self._assignments.get((topic, group))
+
     def clear(self) -> None:
-        """Remove every fault (the counters are kept; see `stats.reset()`)."""
+        """Remove every fault and assignment override (the counters are kept; see `stats.reset()`)."""
+        self._assignments.clear()
         self._latency.clear()
         self._rules.clear()
         self._settings_delay.clear()
@@ -365,6 +391,8 @@ def apply_fault_flag(faults: Faults, kind: str, spec: str) -> None:
     - `drop`: `RPC[:COUNT]`
     - `settings-delay`: `SECONDS[:BROKER]`
     - `ack-entry`: `CODE[:FIRST_ATTEMPTS[:FRACTION]]`
+    - `assignment`: `TOPIC:GROUP:B.Q[+B.Q...]` (broker index.queue id; empty after the last `:`: no
+      queues; `TOPIC:GROUP` alone removes the override)
     """
     parts = spec.split(":")
     try:
@@ -384,6 +412,14 @@ def apply_fault_flag(faults: Faults, kind: str, spec: str) -> None:
             first = int(parts[1]) if len(parts) >= 2 else 1
             fraction = float(parts[2]) if len(parts) == 3 else 0.0
             faults.fail_ack_entries(parse_code(parts[0]), first_attempts=first, fraction=fraction)
+        elif kind == "assignment" and len(parts) in (2, 3):
+            if len(parts) == 2:
+                faults.set_assignment(parts[0], parts[1], None)
+            else:
+                pairs = [item.split(".") for item in parts[2].split("+") if item]
+                if any(len(p) != 2 for p in pairs):
+                    raise ValueError("each queue is BROKER.QUEUE")
+                faults.set_assignment(parts[0], parts[1], [(int(b), int(q)) for b, q in pairs])
         else:
             raise ValueError(f"malformed --fault-{kind} value {spec!r}")
     except ValueError as exc:

@@ -254,6 +254,18 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
             group = self._catalog.group(request.group.name)
             response = s.QueryAssignmentResponse(status=_STATUS_OK)
             types = [int(t) for t in sorted(info.types)]
+            override = self._faults.assignment(info.name, group.name)
+            if override is not None:  # staged by a test (Faults.set_assignment), every port alike
+                every = self._server.route_brokers(request.endpoints)
+                for b, qid in override:
+                    if b < len(every):
+                        mq = response.assignments.add().message_queue
+                        mq.topic.CopyFrom(request.topic)
+                        mq.id = qid
+                        mq.permission = d.Permission.READ_WRITE
+                        mq.broker.CopyFrom(every[b])
+                        mq.accept_message_types.extend(cast(Any, types))
+                return response
             # Non-FIFO groups: one "acting queue" id -1 per broker, load balanced by pop; FIFO groups:
             # one assignment per queue. The same list for every client (reference 7.4).
             ids = range(info.queues) if group.fifo else (-1,)
