@@ -8,7 +8,12 @@ read from stdin:
 - `{"op": "fault", "kind": "latency", "spec": "ReceiveMessage:0.002"}`: a `thrust serve --fault-*` flag
 - `{"op": "fill", "topic": "t", "count": 10000, "size": 64}`: store a backlog directly (no RPCs, so the
   prefill costs the run nothing); the messages are spread over the queues and brokers
+  (`"broker": 1`: on that broker only)
 - `{"op": "expire", "message_ids": [...]}`: their receipt handles answer INVALID_RECEIPT_HANDLE
+- `{"op": "assign", "topic": "t", "group": "g", "queues": [[1, 0]]}`: QueryAssignment for (topic,
+  group) answers these (broker index, queue id) pairs (`Faults.set_assignment`); `{"op": "assigned",
+  "topic": "t", "group": "g"}`: the `time.monotonic()` at which that override was first answered
+  (None until a client asked), comparable with other processes' `time.monotonic()` on Linux
 - `{"op": "stats"}` / `{"op": "reset"}`: the call and entry counters; `{"op": "cpu"}`: own CPU seconds
 - `{"op": "clear"}`: remove every fault
 
@@ -23,6 +28,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from thrust._codec.ids import new_message_id
@@ -41,6 +47,18 @@ class _CountingFaults(Faults):
     def __init__(self) -> None:
         super().__init__()
         self.expired_hits = 0
+        self.served_at: dict[tuple[str, str], float | None] = {}
+
+    def set_assignment(self, topic: str, group: str, queues: Iterable[tuple[int, int]] | None) -> None:
+        super().set_assignment(topic, group, queues)
+        self.served_at[(topic, group)] = None
+
+    def assignment(self, topic: str, group: str) -> tuple[tuple[int, int], ...] | None:
+        queues = super().assignment(topic, group)
+        key = (topic, group)
+        if queues is not None and key in self.served_at and self.served_at[key] is None:
+            self.served_at[key] = time.monotonic()  # scenario 5a: when a client first saw the move
+        return queues
 
     def handle_expired(self, receipt_handle: str, message_id: str) -> bool:
         hit = super().handle_expired(receipt_handle, message_id)
@@ -49,10 +67,12 @@ class _CountingFaults(Faults):
         return hit
 
 
-def _fill(server: EmbeddedServer, topic: str, count: int, size: int, tag: str | None) -> list[str]:
+def _fill(
+    server: EmbeddedServer, topic: str, count: int, size: int, tag: str | None, broker: int | None = None
+) -> list[str]:
     body = b"x" * max(1, size)
     now = time.time()
-    brokers = server.brokers
+    brokers = server.brokers if broker is None else [server.brokers[broker]]
     sent = 0
     ids: list[str] = []
     batch = 32  # one request's worth: each request goes to the next queue round-robin
@@ -123,6 +143,7 @@ def _command(server: EmbeddedServer, cmd: dict[str, Any]) -> dict[str, Any]:
     if op == "stats":
         return {
             "calls": dict(stats.calls),
+            "broker_calls": {f"{b}:{rpc}": n for (b, rpc), n in stats.broker_calls.items()},
             "entries": dict(stats.entries),
             "injected": dict(stats.injected),
             "expired_hits": getattr(server.faults, "expired_hits", 0),
@@ -140,8 +161,24 @@ def _command(server: EmbeddedServer, cmd: dict[str, Any]) -> dict[str, Any]:
         server.faults.expire_messages(*cmd["message_ids"])
         return {"ok": True}
     if op == "fill":
-        ids = _fill(server, cmd["topic"], int(cmd["count"]), int(cmd.get("size", 64)), cmd.get("tag"))
+        ids = _fill(
+            server,
+            cmd["topic"],
+            int(cmd["count"]),
+            int(cmd.get("size", 64)),
+            cmd.get("tag"),
+            cmd.get("broker"),
+        )
         return {"ok": True, "ids": ids}
+    if op == "assign":
+        queues = cmd["queues"]
+        server.faults.set_assignment(
+            cmd["topic"], cmd["group"], None if queues is None else [(int(b), int(q)) for b, q in queues]
+        )
+        return {"ok": True}
+    if op == "assigned":
+        served = getattr(server.faults, "served_at", {})
+        return {"at": served.get((cmd["topic"], cmd["group"]))}
     if op == "cpu":
         t = os.times()
         return {"cpu": t.user + t.system}

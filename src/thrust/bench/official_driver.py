@@ -7,7 +7,8 @@ argv[1] is a JSON config: {"endpoints", "group", "topics": [...], "threads", "li
 "warmup" (s), "window" (s), "timer" (bool), "first_timeout" (s)}. It prints JSON lines on stdout:
 `started`, `window_start`, `window_end` (consumed in the window, per topic, peak concurrent listener
 calls, p99 lateness of a 10 ms timer on an asyncio loop in the main thread), then exits without waiting
-for the client's threads (its shutdown is bounded separately).
+for the client's threads (its shutdown is bounded separately). `"mode"`: `e2e` (scenario 6), `sends`
+(scenario 3), `first` (scenario 5a) instead.
 """
 
 from __future__ import annotations
@@ -124,10 +125,115 @@ def e2e(cfg):
     os._exit(0)
 
 
+def sends(cfg):
+    """Scenario 3: `senders` threads call `Producer.send` on topic `healthy` back to back; after
+    `warmup` s a 3 s baseline window, then one send to topic `slow` (a new broker whose settings reply
+    is held) and another `slow_window` s. Emits every healthy send as [completion, latency] (monotonic
+    seconds of this process) with the window starts."""
+    from rocketmq import ClientConfiguration, Credentials, Message, Producer
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.ERROR)
+    logging.getLogger("rocketmq-python-client").addHandler(handler)
+    config = ClientConfiguration(cfg["endpoints"], Credentials())
+    producer = Producer(config, (cfg["healthy"],))
+    producer.startup()
+    emit("started")
+    body = b"x" * 64
+    done = []
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def message(topic):
+        m = Message()
+        m.topic = topic
+        m.body = body
+        return m
+
+    def send_loop():
+        while not stop.is_set():
+            t0 = time.monotonic()
+            try:
+                producer.send(message(cfg["healthy"]))
+            except Exception:
+                continue
+            t1 = time.monotonic()
+            with lock:
+                done.append((t1, t1 - t0))
+
+    threads = [threading.Thread(target=send_loop, daemon=True) for _ in range(int(cfg["senders"]))]
+    for thread in threads:
+        thread.start()
+    window = float(cfg["slow_window"])
+    time.sleep(float(cfg["warmup"]))
+    base0 = time.monotonic()
+    time.sleep(window)
+    slow0 = time.monotonic()
+    slow_took = []
+
+    def slow_send():
+        t0 = time.monotonic()
+        try:
+            producer.send(message(cfg["slow"]))
+        except Exception:
+            pass
+        slow_took.append(time.monotonic() - t0)
+
+    slow = threading.Thread(target=slow_send, daemon=True)
+    slow.start()
+    time.sleep(window)
+    slow.join(30.0)
+    stop.set()
+    with lock:
+        pairs = list(done)
+    emit("sends_result", done=pairs, base0=base0, slow0=slow0, slow_s=slow_took[0] if slow_took else None)
+    os._exit(0)
+
+
+def first(cfg):
+    """Scenario 5a: a push consumer; emits `first` with this process's `time.monotonic()` (system-wide
+    CLOCK_MONOTONIC on Linux, so comparable with the server's) when the listener gets its first message."""
+    from rocketmq import (
+        ClientConfiguration,
+        ConsumeResult,
+        Credentials,
+        FilterExpression,
+        MessageListener,
+        PushConsumer,
+    )
+
+    got = threading.Event()
+
+    class Listener(MessageListener):
+        def consume(self, message):
+            if not got.is_set():
+                got.set()
+                emit("first", mono=time.monotonic())
+            return ConsumeResult.SUCCESS
+
+    topic = cfg["topics"][0]
+    consumer = PushConsumer(
+        ClientConfiguration(cfg["endpoints"], Credentials()),
+        cfg["group"],
+        Listener(),
+        {topic: FilterExpression("*")},
+    )
+    consumer.startup()
+    emit("started")
+    got.wait(float(cfg["seconds"]))
+    os._exit(0)
+
+
 def main():
     cfg = json.loads(sys.argv[1])
     if cfg.get("mode") == "e2e":
         e2e(cfg)
+        return
+    if cfg.get("mode") == "sends":
+        sends(cfg)
+        return
+    if cfg.get("mode") == "first":
+        first(cfg)
         return
     from rocketmq import (
         ClientConfiguration,
