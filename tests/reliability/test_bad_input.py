@@ -1,0 +1,362 @@
+"""Bad input B1-B17 (catalogue §3.3): the client rejects it before any I/O with a typed error, and the
+server, reached with the client bypassed, answers the catalogue's status code (defence in depth).
+
+B11 (malformed protobuf, >= 10k cases) lives in test_fuzz.py; B13 (credentials) in test_security.py.
+The server's per-rule codes are covered in depth by tests/server/test_validation.py; here each row is
+checked end to end with the thrust client.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+import pytest
+
+import thrust
+from tests.reliability._util import assert_report, body, drain, pid_of, run, send_recorded
+from tests.server._wire import Wire, message
+from thrust._codec.status import Code
+from thrust.reliability.history import HistoryRecorder, check
+from thrust.testing import embedded_server
+
+MiB = 1024 * 1024
+M = thrust.Message
+
+# (id, build the message, expected client status code or None for "any ValidationError")
+_REJECTED: list[tuple[str, Callable[[], thrust.Message], int | None]] = [
+    ("B1-body-4MiB+1", lambda: M(topic="t", body=b"x" * (4 * MiB + 1)), Code.MESSAGE_BODY_TOO_LARGE),
+    ("B2-empty-body", lambda: M(topic="t", body=b""), Code.MESSAGE_BODY_EMPTY),
+    ("B3-topic-empty", lambda: M(topic="", body=b"x"), Code.ILLEGAL_TOPIC),
+    ("B3-topic-slash", lambda: M(topic="in/valid", body=b"x"), Code.ILLEGAL_TOPIC),
+    ("B3-topic-128", lambda: M(topic="a" * 128, body=b"x"), Code.ILLEGAL_TOPIC),
+    ("B3-topic-non-ascii", lambda: M(topic="tö", body=b"x"), Code.ILLEGAL_TOPIC),
+    ("B3-topic-rmq_sys", lambda: M(topic="rmq_sys_x", body=b"x"), Code.ILLEGAL_TOPIC),
+    ("B3-topic-TBW102", lambda: M(topic="TBW102", body=b"x"), Code.ILLEGAL_TOPIC),
+    ("B6-tag-bar", lambda: M(topic="t", body=b"x", tag="a|b"), Code.ILLEGAL_MESSAGE_TAG),
+    ("B6-tag-nul", lambda: M(topic="t", body=b"x", tag="a\x00"), Code.ILLEGAL_MESSAGE_TAG),
+    ("B6-tag-blank", lambda: M(topic="t", body=b"x", tag="   "), Code.ILLEGAL_MESSAGE_TAG),
+    ("B6-tag-16KiB+1", lambda: M(topic="t", body=b"x", tag="a" * (16 * 1024 + 1)), None),
+    ("B6-key-nul", lambda: M(topic="t", body=b"x", keys=["a\x00"]), Code.ILLEGAL_MESSAGE_KEY),
+    (
+        "B7-129-properties",
+        lambda: M(topic="t", body=b"x", properties={f"k{i}": "v" for i in range(129)}),
+        Code.MESSAGE_PROPERTIES_TOO_LARGE,
+    ),
+    (
+        "B7-properties-16KiB+1",
+        lambda: M(topic="t", body=b"x", properties={"k": "v" * (16 * 1024)}),
+        Code.MESSAGE_PROPERTIES_TOO_LARGE,
+    ),
+    (
+        "B7-system-key",
+        lambda: M(topic="t", body=b"x", properties={"UNIQ_KEY": "v"}),
+        Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
+    ),
+    ("B8-group-65", lambda: M(topic="f", body=b"x", message_group="g" * 65), Code.ILLEGAL_MESSAGE_GROUP),
+    (
+        "B8-fifo-to-normal",
+        lambda: M(topic="t", body=b"x", message_group="g"),
+        Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+    ),
+    (
+        "B8-delay-to-fifo",
+        lambda: M(topic="f", body=b"x", message_group="g", delay=5),
+        Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+    ),
+    (
+        "B10-delivery-beyond-24h",
+        lambda: M(topic="d", body=b"x", delivery_time=time.time() + 2 * 86400),
+        Code.ILLEGAL_DELIVERY_TIME,
+    ),
+]
+
+
+def test_b1_to_b10_client_rejects_bad_messages_before_any_io() -> None:
+    """Every bad message of B1-B3, B6-B8 and B10 raises a ValidationError with the catalogue's code, and
+    no SendMessage reaches the server; the producer keeps working afterwards."""
+
+    async def scenario() -> None:
+        async with embedded_server(topics=["t", "f:1:FIFO", "d:1:DELAY"]) as srv:
+            ep = srv.endpoints[0]
+            async with thrust.Producer(endpoints=ep, topics=["t", "f", "d"]) as p:
+                for name, build, code in _REJECTED:
+                    calls = srv.stats.calls["SendMessage"]
+                    with pytest.raises(thrust.ValidationError) as info:
+                        await p.send(build())
+                    if code is not None:
+                        assert info.value.code == code, (name, info.value)
+                    assert srv.stats.calls["SendMessage"] == calls, f"{name} reached the server"
+                # Exactly 4 MiB is fine (B1), and the producer is unharmed by the refusals.
+                await p.send(M(topic="t", body=b"x" * (4 * MiB)))
+                await p.send(M(topic="t", body=b"ok"))
+
+    run(scenario)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "catalogue B10 asks to reject a delivery timestamp in the past (ILLEGAL_DELIVERY_TIME); the "
+        "client and the server accept it and deliver at once (as the upstream proxy does): a "
+        "catalogue/implementation mismatch to decide"
+    ),
+)
+def test_b10_delivery_time_in_the_past_is_rejected() -> None:
+    async def scenario() -> None:
+        async with embedded_server(topics=["d:1:DELAY"]) as srv:
+            async with thrust.Producer(endpoints=srv.endpoints[0], topics=["d"]) as p:
+                with pytest.raises(thrust.ValidationError):
+                    await p.send(M(topic="d", body=b"x", delivery_time=time.time() - 3600))
+
+    run(scenario)
+
+
+def test_b4_unknown_topic_start_and_send_fail_fast_typed() -> None:
+    """B4: with auto-create off (the CLI's default), an unknown topic fails `start()` and `send()` with
+    NotFoundError (TOPIC_NOT_FOUND) quickly, and nothing is stored."""
+
+    async def scenario() -> None:
+        async with embedded_server(topics=["t"], auto_create=False) as srv:
+            ep = srv.endpoints[0]
+            t0 = time.monotonic()
+            with pytest.raises(thrust.NotFoundError) as info:
+                async with thrust.Producer(endpoints=ep, topics=["t", "nosuch"]):
+                    pass
+            assert info.value.code == Code.TOPIC_NOT_FOUND
+            async with thrust.Producer(endpoints=ep, topics=["t"]) as p:
+                with pytest.raises(thrust.NotFoundError):
+                    await p.send(M(topic="nosuch", body=b"x"))
+                # %DLQ% topics exist only once something is dead-lettered: refused the same way.
+                with pytest.raises(thrust.ThrustError):
+                    await p.send(M(topic="%DLQ%g", body=b"x"))
+            assert time.monotonic() - t0 < 5.0
+            assert srv.stats.entries["SendMessage"] == 0
+
+    run(scenario)
+
+
+_GROUP_BUG = (
+    "server and client accept this consumer group, the catalogue (B5, §1c: group <= 120 chars, system "
+    "groups such as DEFAULT_CONSUMER -> ILLEGAL_CONSUMER_GROUP 40003) asks to refuse it"
+)
+
+
+@pytest.mark.parametrize(
+    "group",
+    [
+        "bad group!",
+        pytest.param("g" * 121, marks=pytest.mark.xfail(strict=True, reason=_GROUP_BUG)),
+        pytest.param("DEFAULT_CONSUMER", marks=pytest.mark.xfail(strict=True, reason=_GROUP_BUG)),
+    ],
+    ids=["illegal-chars", "121-chars", "DEFAULT_CONSUMER"],
+)
+def test_b5_bad_consumer_group_is_refused(group: str) -> None:
+    """B5: an invalid group is refused by the client (ValidationError) or at the latest by the server
+    (ILLEGAL_CONSUMER_GROUP) before any message is handed out."""
+
+    async def scenario() -> None:
+        async with embedded_server(topics=["t"]) as srv:
+            with pytest.raises(thrust.ThrustError) as info:
+                async with thrust.SimpleConsumer(
+                    endpoints=srv.endpoints[0], group=group, subscriptions={"t": "*"}, await_duration=1
+                ) as c:
+                    await c.receive(1, 30)
+            assert info.value.code == Code.ILLEGAL_CONSUMER_GROUP, info.value
+
+    run(scenario)
+
+
+def test_b9_invisible_duration_and_batch_size_out_of_range_rejected() -> None:
+    """B9: invisible 9 s / 12 h + 1 ms -> ILLEGAL_INVISIBLE_TIME before I/O; batch 0 / 33 rejected; the
+    server answers the same codes when the client is bypassed."""
+
+    async def scenario() -> None:
+        async with embedded_server(topics=["t"], groups=["g"]) as srv:
+            ep = srv.endpoints[0]
+            async with thrust.SimpleConsumer(
+                endpoints=ep, group="g", subscriptions={"t": "*"}, await_duration=1
+            ) as c:
+                calls = srv.stats.calls["ReceiveMessage"]
+                for n, invisible, code in [
+                    (1, 9, Code.ILLEGAL_INVISIBLE_TIME),
+                    (1, 12 * 3600 + 0.001, Code.ILLEGAL_INVISIBLE_TIME),
+                    (0, 30, None),
+                    (33, 30, None),
+                ]:
+                    with pytest.raises(thrust.ValidationError) as info:
+                        await c.receive(n, invisible)
+                    if code is not None:
+                        assert info.value.code == code
+                assert srv.stats.calls["ReceiveMessage"] == calls
+            with pytest.raises(thrust.ValidationError):
+                thrust.SimpleConsumer(endpoints=ep, group="g", subscriptions={"t": "*"}, invisible_duration=9)
+
+    run(scenario)
+
+
+def test_b12_missing_client_id_and_unknown_client_type_server_side() -> None:
+    """B12 (client bypassed): no x-mq-client-id -> CLIENT_ID_REQUIRED 40017."""
+
+    async def scenario() -> None:
+        async with embedded_server(topics=["t"]) as srv, Wire(srv.endpoints[0], client_id=None) as w:
+            assert (await w.route("t")).status.code == Code.CLIENT_ID_REQUIRED
+            assert (await w.send(message("t"))).status.code == Code.CLIENT_ID_REQUIRED
+
+    run(scenario)
+
+
+def test_b1_b2_b6_b7_b8_server_refuses_when_the_client_is_bypassed() -> None:
+    """Defence in depth: the raw SendMessage of each bad message answers the catalogue's code."""
+    cases: list[tuple[Any, int]] = [
+        (message("t", b"x" * (4 * MiB + 1)), Code.MESSAGE_BODY_TOO_LARGE),
+        (message("t", b"x" * (4 * MiB)), Code.OK),
+        (message("t", b""), Code.MESSAGE_BODY_EMPTY),
+        (message("t", tag="a|b"), Code.ILLEGAL_MESSAGE_TAG),
+        (message("t", keys=["k\x00"]), Code.ILLEGAL_MESSAGE_KEY),
+        (message("t", properties={"UNIQ_KEY": "x"}), Code.ILLEGAL_MESSAGE_PROPERTY_KEY),
+        (message("f", message_group="g" * 65), Code.ILLEGAL_MESSAGE_GROUP),
+        (message("t", delivery_timestamp=time.time() + 2 * 86400), Code.ILLEGAL_DELIVERY_TIME),
+    ]
+
+    async def scenario() -> None:
+        async with embedded_server(topics=["t", "f:1:FIFO"]) as srv, Wire(srv.endpoints[0]) as w:
+            for msg, code in cases:
+                response = await w.send(msg)
+                assert response.status.code == code, (code, response.status)
+
+    run(scenario)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "server bug against catalogue B15: a SendMessage whose system_properties.body_digest does not "
+        "match the body is stored (OK) instead of refused with BAD_REQUEST 40000; the server never "
+        "checks the producer's digest"
+    ),
+)
+def test_b15_send_with_a_wrong_body_digest_is_refused_by_the_server() -> None:
+    async def scenario() -> None:
+        async with embedded_server(topics=["t"]) as srv, Wire(srv.endpoints[0]) as w:
+            msg = message("t", b"payload")
+            msg.system_properties.body_digest.type = 2  # MD5
+            msg.system_properties.body_digest.checksum = "0" * 32
+            response = await w.send(msg)
+            assert response.status.code == Code.BAD_REQUEST
+
+    run(scenario)
+
+
+def test_b15_corrupted_delivery_is_never_handed_over_and_comes_back_intact(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """B15 (receive side): the server's first delivery of a message carries a wrong MD5 digest; the client
+    does not hand it to the application, releases it (ChangeInvisibleDuration) at once, and the next,
+    intact delivery is received and acked; P1 holds."""
+    import thrust.server.convert as server_convert
+
+    real_fill = server_convert._fill
+    corrupted: list[str] = []
+
+    def corrupting_fill(out: Any, m: Any) -> Any:
+        sp = real_fill(out, m)
+        if m.body.startswith(b"victim") and m.message_id not in corrupted:
+            corrupted.append(m.message_id)
+            sp.body_digest.checksum = "0" * 32
+        return sp
+
+    monkeypatch.setattr(server_convert, "_fill", corrupting_fill)
+
+    async def scenario() -> None:
+        rec = HistoryRecorder()
+        async with embedded_server(topics=["t:1"], groups=["g"]) as srv:
+            ep = srv.endpoints[0]
+            async with (
+                thrust.Producer(endpoints=ep, topics=["t"]) as p,
+                thrust.SimpleConsumer(
+                    endpoints=ep, group="g", subscriptions={"t": "*"}, await_duration=1
+                ) as c,
+            ):
+                await send_recorded(rec, p, M(topic="t", body=body("victim")), "victim")
+                await send_recorded(rec, p, M(topic="t", body=body("fine")), "fine")
+                seen = await drain(rec, c, ["victim", "fine"], budget=20, idle=0.5)
+                assert seen == {"victim", "fine"}
+                assert corrupted, "the fault was not injected"
+                assert srv.stats.calls["ChangeInvisibleDuration"] >= 1
+        report = check(rec)
+        assert_report(report, "P1", "P2")
+        # The corrupted copy never reached the application: "victim" was delivered exactly once.
+        assert report.deliveries == 2, report.summary
+
+    run(scenario)
+
+
+def test_b14_garbage_or_unreachable_endpoint() -> None:
+    """B14: `"host:notaport"` and `""` raise ValueError before any I/O; an unreachable endpoint fails
+    `start()` with a typed error within its bound."""
+    for bad in ("host:notaport", "", "   "):
+        with pytest.raises(ValueError):
+            thrust.Producer(endpoints=bad)
+
+    async def scenario() -> None:
+        t0 = time.monotonic()
+        with pytest.raises(thrust.ThrustError):
+            async with thrust.Producer(endpoints="127.0.0.1:1", topics=["t"], request_timeout=1.0):
+                pass
+        # max_startup_attempts (3) x request_timeout + 1 s.
+        assert time.monotonic() - t0 <= 3 * 1.0 + 1.0
+
+    run(scenario)
+
+
+def test_b16_unknown_rpc_and_unsupported_feature_typed() -> None:
+    """B16: an unknown RPC answers UNIMPLEMENTED; recalling a normal message (a garbage recall handle)
+    raises a typed error, not a crash."""
+
+    async def scenario() -> None:
+        async with embedded_server(topics=["t"]) as srv:
+            ep = srv.endpoints[0]
+            async with grpc.aio.insecure_channel(ep) as channel:
+                call = channel.unary_unary("/apache.rocketmq.v2.MessagingService/NoSuchRpc")
+                with pytest.raises(grpc.aio.AioRpcError) as info:
+                    await call(b"", timeout=5)
+                assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
+            async with thrust.Producer(endpoints=ep, topics=["t"]) as p:
+                receipt = await p.send(M(topic="t", body=b"normal"))
+                assert not receipt.recall_handle  # only delay messages can be recalled
+                with pytest.raises(thrust.ThrustError):
+                    await p.recall("t", "not-a-recall-handle")
+
+    run(scenario)
+
+
+def test_b17_utf8_keys_tags_and_properties_round_trip() -> None:
+    """B17: Chinese and emoji in keys, tags and properties go through unchanged end to end; P1."""
+    tag, keys, props = "标签🙂", ("键一", "🔑"), {"属性": "值🚀", "emoji🙂": "ünïcødé"}
+
+    async def scenario() -> None:
+        rec = HistoryRecorder()
+        async with embedded_server(topics=["t"], groups=["g"]) as srv:
+            ep = srv.endpoints[0]
+            async with (
+                thrust.Producer(endpoints=ep, topics=["t"]) as p,
+                thrust.SimpleConsumer(
+                    endpoints=ep, group="g", subscriptions={"t": tag}, await_duration=1
+                ) as c,
+            ):
+                msg = M(topic="t", body=body("u8"), tag=tag, keys=keys, properties=props)
+                await send_recorded(rec, p, msg, "u8")
+                got: list[thrust.ReceivedMessage] = []
+                while not got:
+                    got = await c.receive(32, 30)
+                [m] = got
+                assert (pid_of(m), m.tag, m.keys, dict(m.properties)) == ("u8", tag, keys, props)
+                ref = rec.delivered("u8", m.message_id, attempt=m.delivery_attempt)
+                await m.ack()
+                rec.acked(ref)
+        assert_report(check(rec), "P1", "P2")
+
+    run(scenario)
