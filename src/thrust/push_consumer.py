@@ -26,7 +26,8 @@ How it avoids the six hot-path faults of the Rust push consumer (seed 000; refer
 5. (a) A dropped queue's long polls are cancelled at once, so a newly assigned queue never waits for them;
    messages already taken from it are still consumed and acked. (b) Each topic runs its own assignment
    scan, and a scan changes only that topic's queues (`thrust._core.assignment`).
-6. Flow control by cached count and bytes per queue (`thrust._core.process_queue`): the receive loop
+6. Flow control by cached count and bytes per queue (`thrust._core.process_queue`); a message stays
+   cached until its ack settles, so a slow ack path holds back receiving, never the listener: the receive loop
    awaits an event when the cache is full (no recursion, no polling) and runs several receives per queue
    while there is room.
 """
@@ -102,15 +103,19 @@ class _Delivery:
 
 class _Token:
     """What a nack / dead-letter entry needs beyond its id and handle: the queue, topic and a number (the
-    nack's invisible duration, or the delivery attempt reported to the dead-letter queue)."""
+    nack's invisible duration, or the delivery attempt reported to the dead-letter queue), and the delivery
+    whose cache slot it holds until it settles (None for a corrupted message, which was never cached)."""
 
-    __slots__ = ("message_id", "queue", "topic", "value")
+    __slots__ = ("delivery", "message_id", "queue", "topic", "value")
 
-    def __init__(self, queue: _Queue, topic: str, message_id: str, value: float) -> None:
+    def __init__(
+        self, queue: _Queue, topic: str, message_id: str, value: float, delivery: _Delivery | None = None
+    ) -> None:
         self.queue = queue
         self.topic = topic
         self.message_id = message_id
         self.value = value
+        self.delivery = delivery
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -217,8 +222,9 @@ class PushConsumer:
             threads) or an `async def` (run on the loop). An exception counts as FAILURE.
         consumption_thread_count: threads for a plain-function listener (Java default 20).
         async_concurrency: at most this many `async def` listener calls at once.
-        max_cache_message_count / max_cache_message_bytes: client-wide cache of received, unconsumed
-            messages, split evenly over the assigned queues (Java 4096 / 64 MiB).
+        max_cache_message_count / max_cache_message_bytes: client-wide cache of received messages not yet
+            settled (waiting for the listener, or for their ack / nack to complete), split evenly over the
+            assigned queues (Java 4096 / 64 MiB).
         receives_per_queue: ReceiveMessage calls in flight per queue while the cache has room for them
             (FIFO queues always use one).
         ack_batch_size / ack_linger: an AckMessage goes out when a (endpoint, topic) batch has this many
@@ -294,7 +300,14 @@ class PushConsumer:
             max_receives_in_flight=receives_per_queue,
             request_timeout=self.config.request_timeout,
         )
-        self._ack_config = AckConfig(max_batch=ack_batch_size, linger=ack_linger)
+        # A message holds its cache slot until its ack settles, so the batcher never holds more entries than
+        # the cache: the bounds below can only be reached when the cache limit is larger than them.
+        self._ack_config = AckConfig(
+            max_batch=ack_batch_size,
+            linger=ack_linger,
+            max_pending=max(65_536, max_cache_message_count),
+            max_retrying=max(10_000, max_cache_message_count),
+        )
         self._session: ClientSession | None = None
         self._executor: ListenerExecutor[_Delivery] | None = None
         self._acks: BatchDriver | None = None
@@ -652,12 +665,16 @@ class PushConsumer:
     # -- results (seed items 1, 4, 7) ----------------------------------------------------------------------
 
     def _on_results(self, results: list[tuple[_Delivery, bool]]) -> None:
-        """All results since the last wake-up, on the loop: acks, nacks, FIFO retries, cache credit."""
+        """All results since the last wake-up, on the loop: acks, nacks, FIFO retries.
+
+        A message keeps its cache slot until its ack (nack, dead-letter forward) settles, as Java evicts from
+        its process queue only when the ack completes (reference §4.5, §4.7): acks that cannot keep up then
+        hold back receiving instead of piling up in the batcher until it overflows. The listener is never
+        held back while the cache has room (seed 000 item 1)."""
         now = time.monotonic()
         acks = self._acks
         assert acks is not None and self._executor is not None
         fifo = self.session.settings.fifo
-        freed: dict[_Queue, list[int]] = {}
         follow_ups: list[_Delivery] = []
         deadline = now + self.ack_retry_window
         for d, ok in results:
@@ -676,19 +693,10 @@ class PushConsumer:
                         continue  # retried locally later: stays in the cache and at its chain's head
                 else:
                     self._nack(d, deadline)
-            slot = freed.get(q)
-            if slot is None:
-                freed[q] = [1, d.nbytes]
-            else:
-                slot[0] += 1
-                slot[1] += d.nbytes
             if q.fifo is not None:
                 nxt = q.fifo.done(d)
                 if nxt is not None:
                     follow_ups.append(nxt)
-        for q, (n, nbytes) in freed.items():
-            q.pq.on_consumed(n, nbytes, now)
-            q.event.set()
         if follow_ups:
             for d in follow_ups:
                 d.queue.in_listener += 1
@@ -700,7 +708,7 @@ class PushConsumer:
         assert self._nacks is not None
         delay = self.session.settings.retry_policy.next_delay(max(1, m.delivery_attempt))
         entry = AckEntry(
-            m.message_id, m.receipt_handle, deadline, _Token(d.queue, m.topic, m.message_id, delay)
+            m.message_id, m.receipt_handle, deadline, _Token(d.queue, m.topic, m.message_id, delay, d)
         )
         d.queue.acks_pending += 1
         self._nacks.add(d.queue.ack_key, entry)
@@ -720,7 +728,7 @@ class PushConsumer:
             m.message_id,
             m.receipt_handle,
             now + self.ack_retry_window,
-            _Token(d.queue, m.topic, m.message_id, d.attempt),
+            _Token(d.queue, m.topic, m.message_id, d.attempt, d),
         )
         d.queue.acks_pending += 1
         self._dlq.add(d.queue.ack_key, entry)
@@ -791,26 +799,36 @@ class PushConsumer:
         return self._topic_pb.get(topic) or pb.Resource(resource_namespace=self.config.namespace, name=topic)
 
     def _acks_finished(self, finished: list[tuple[AckEntry, Fate]]) -> None:
-        for entry, _fate in finished:
-            d = entry.token
-            if isinstance(d, _Delivery):
-                d.queue.acks_pending -= 1
+        self._release(entry.token for entry, _fate in finished)
 
     def _nacks_finished(self, finished: list[tuple[AckEntry, Fate]]) -> None:
-        for entry, fate in finished:
-            token = entry.token
-            if isinstance(token, _Token):
-                token.queue.acks_pending -= 1
-            if fate is Fate.ACKED:
-                self._counters["nacked"] += 1
+        self._counters["nacked"] += sum(1 for _entry, fate in finished if fate is Fate.ACKED)
+        self._release(entry.token for entry, _fate in finished)
 
     def _dlq_finished(self, finished: list[tuple[AckEntry, Fate]]) -> None:
-        for entry, fate in finished:
-            token = entry.token
-            if isinstance(token, _Token):
-                token.queue.acks_pending -= 1
-            if fate is Fate.ACKED:
-                self._counters["dead_lettered"] += 1
+        self._counters["dead_lettered"] += sum(1 for _entry, fate in finished if fate is Fate.ACKED)
+        self._release(entry.token for entry, _fate in finished)
+
+    def _release(self, tokens: Iterable[object]) -> None:
+        """Settled (acked, nacked, forwarded or given up): the messages leave the cache, making room."""
+        freed: dict[_Queue, list[int]] = {}
+        for token in tokens:
+            d = token.delivery if isinstance(token, _Token) else token
+            if not isinstance(d, _Delivery):
+                continue  # a corrupted message's nack: it never took a cache slot
+            q = d.queue
+            q.acks_pending -= 1
+            slot = freed.get(q)
+            if slot is None:
+                freed[q] = [1, d.nbytes]
+            else:
+                slot[0] += 1
+                slot[1] += d.nbytes
+        if freed:
+            now = time.monotonic()
+            for q, (n, nbytes) in freed.items():
+                q.pq.on_consumed(n, nbytes, now)
+                q.event.set()
 
     # -- statistics ---------------------------------------------------------------------------------------
 

@@ -319,3 +319,52 @@ def test_receive_errors_back_off_reuse_the_attempt_id_and_several_receives_run_p
                 await until(lambda: consumer.stats().queues[0].receives_in_flight == 3)
 
     run(main())
+
+
+def test_unsettled_acks_hold_cache_slots_so_a_slow_ack_path_bounds_receiving() -> None:
+    """Acks that are queued, in flight or retrying count against the cache (Java evicts a message from its
+    process queue only after the ack completes): with one entry per AckMessage and a 200 ms ack round trip,
+    the ack backlog never grows past the cache limit, nothing is dropped for overflow, and every consumed
+    message is acked by close."""
+
+    async def main() -> None:
+        async with embedded_server(topics=["t:1"], groups=["g"]) as srv:
+            ep = srv.endpoints[0]
+            consumed: list[str] = []
+            consumer = PushConsumer(
+                endpoints=ep,
+                group="g",
+                subscriptions={"t": "*"},
+                listener=lambda m: consumed.append(m.message_id) or ConsumeResult.SUCCESS,
+                consumption_thread_count=2,
+                max_cache_message_count=8,
+                ack_batch_size=1,
+            )
+            backlog: list[int] = []
+            stop = asyncio.Event()
+
+            async def sample() -> None:
+                while not stop.is_set():
+                    s = consumer.stats()
+                    backlog.append(s.acks_pending + s.acks_retrying)
+                    await asyncio.sleep(0.002)
+
+            async with Producer(endpoints=ep, topics=["t"]) as producer:
+                ids = await send_all(producer, [Message(topic="t", body=b"m%d" % i) for i in range(40)])
+            srv.faults.add_latency("AckMessage", 0.2)
+            await consumer.start()
+            sampler = asyncio.get_running_loop().create_task(sample())
+            try:
+                await until(lambda: len(consumed) >= 24)
+            finally:
+                await consumer.close()
+                stop.set()
+                await sampler
+            s = consumer.stats()
+        assert max(backlog) <= 8, max(backlog)
+        assert s.acks_dropped_overflow == 0
+        assert len(consumed) == s.consumed
+        assert s.acked == s.consumed
+        assert set(consumed) <= set(ids)
+
+    run(main())
