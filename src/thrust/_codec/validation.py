@@ -223,6 +223,8 @@ _NO_BREAK_SPACES: Final = frozenset("\u00a0\u2007\u202f")
 
 def is_blank(value: str) -> bool:
     """Java `StringUtils.isBlank`: empty, or only `Character.isWhitespace` characters."""
+    if value[:1].isalnum():  # the common case (a name, an id) without a per-character loop
+        return False
     return all(_is_java_whitespace(c) for c in value)
 
 
@@ -232,9 +234,12 @@ def _is_java_whitespace(c: str) -> bool:
     return unicodedata.category(c) in ("Zs", "Zl", "Zp") and c not in _NO_BREAK_SPACES
 
 
+_ISO_CONTROL_RE: Final = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
 def contains_control_character(value: str) -> bool:
     """Guava `CharMatcher.javaIsoControl()` (U+0000..U+001F, U+007F..U+009F), as `GrpcValidator`."""
-    return any(c <= "\x1f" or "\x7f" <= c <= "\x9f" for c in value)
+    return _ISO_CONTROL_RE.search(value) is not None
 
 
 def _utf8_size(value: str) -> int:

@@ -19,6 +19,7 @@ from thrust._codec.validation import Invalid, is_blank
 
 __all__ = ["Authenticator", "Caller", "is_loopback"]
 
+_CALLER_CACHE = 4096
 _CLIENT_ID = "x-mq-client-id"
 _CLIENT_VERSION = "x-mq-client-version"
 _AUTHORIZATION = "authorization"
@@ -40,10 +41,12 @@ class Authenticator:
         credentials: access key → secret key; None or empty disables authentication.
     """
 
-    __slots__ = ("_credentials",)
+    __slots__ = ("_callers", "_credentials")
 
     def __init__(self, credentials: Mapping[str, str] | None = None) -> None:
         self._credentials = dict(credentials or {})
+        # One Caller per (client id, version), reused on every call of that client (bounded).
+        self._callers: dict[tuple[str, str | None], Caller] = {}
 
     @property
     def enabled(self) -> bool:
@@ -71,7 +74,15 @@ class Authenticator:
             raise Invalid(Code.CLIENT_ID_REQUIRED, "client id cannot be empty")
         if self._credentials:
             self._authenticate(authorization, date_time)
-        return Caller(client_id, version if isinstance(version, str) else None)
+        if not isinstance(version, str):
+            version = None
+        caller = self._callers.get((client_id, version))
+        if caller is None:
+            callers = self._callers
+            if len(callers) >= _CALLER_CACHE:
+                callers.clear()
+            caller = callers[(client_id, version)] = Caller(client_id, version)
+        return caller
 
     def _authenticate(self, authorization: str | bytes | None, date_time: str | bytes | None) -> None:
         if not isinstance(authorization, str) or not authorization:

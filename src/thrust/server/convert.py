@@ -15,7 +15,7 @@ from google.protobuf import duration_pb2, timestamp_pb2
 
 from thrust._codec.validation import check_send_message, check_transaction_recovery
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as d
-from thrust.server.core.model import Delivery, InboundMessage, MessageType, StoredMessage
+from thrust.server.core.model import Delivery, InboundMessage, MessageType, StoredMessage, inbound
 
 __all__ = [
     "delivery_pb",
@@ -92,23 +92,23 @@ def inbound_message(message: d.Message, client_id: str, now: float) -> InboundMe
             kind = MessageType.FIFO
         else:
             kind = MessageType.NORMAL
-    return InboundMessage(
-        topic=message.topic.name,
-        body=message.body,
-        message_id=sp.message_id,
-        tag=tag or None,
-        keys=keys,
-        properties=properties,
-        message_type=kind,
-        message_group=message_group,
-        delivery_timestamp=delivery_ts,
-        born_timestamp=timestamp_seconds(sp.born_timestamp),
-        born_host=sp.born_host,
-        body_encoding_gzip=sp.body_encoding == _GZIP,
-        trace_context=sp.trace_context if sp.HasField("trace_context") else None,
-        transaction_recovery_after=recovery,
-        priority=sp.priority if sp.HasField("priority") else None,
-        producer_client_id=client_id,
+    return inbound(
+        message.topic.name,
+        message.body,
+        sp.message_id,
+        tag or None,
+        keys,
+        properties,
+        kind,
+        message_group,
+        delivery_ts,
+        sp.born_timestamp.seconds + sp.born_timestamp.nanos / 1e9,
+        sp.born_host,
+        sp.body_encoding == _GZIP,
+        sp.trace_context if sp.HasField("trace_context") else None,
+        recovery,
+        sp.priority if sp.HasField("priority") else None,
+        client_id,
     )
 
 

@@ -23,7 +23,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, Final, TypeVar, cast
 
 import grpc
@@ -85,6 +85,7 @@ _SERVER_OPTIONS: Final = (
 
 _TELEMETRY_QUEUE: Final = 1024  # outgoing commands buffered per stream
 _FILTER_CACHE: Final = 1024
+_CHECKED_NAMES: Final = 4096
 _DEADLINE_MARGIN: Final = 0.1  # seconds
 _OK: Final = int(Code.OK)
 _R = TypeVar("_R")
@@ -102,8 +103,10 @@ def _error_status(exc: Invalid | BrokerError) -> d.Status:
     return d.Status(code=cast(Any, exc.code), message=exc.message)
 
 
-def _combined(codes: Iterable[int]) -> d.Status:
+def _combined(codes: Sequence[int]) -> d.Status:
     """The top-level status of a multi-entry answer: the shared code, or MULTIPLE_RESULTS (reference 7.7)."""
+    if len(codes) == 1 and codes[0] == _OK:
+        return _STATUS_OK
     first: int | None = None
     for code in codes:
         if first is None:
@@ -155,6 +158,8 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
         self._auth = server.authenticator
         self._catalog = server.catalog
         self._filters: dict[tuple[int, str], MessageFilter] = {}
+        self._checked_topics: set[str] = set()
+        self._checked_groups: set[str] = set()
 
     # ------------------------------------------------------------------------------------------
     # plumbing
@@ -216,8 +221,23 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
         return compiled
 
     def _topic(self, name: str) -> TopicInfo:
-        check_topic(name)
+        # Names are checked once: a valid name stays valid, and clients repeat the same few names on
+        # every call (bounded, cleared when full).
+        checked = self._checked_topics
+        if name not in checked:
+            check_topic(name)
+            if len(checked) >= _CHECKED_NAMES:
+                checked.clear()
+            checked.add(name)
         return self._catalog.topic(name)
+
+    def _group(self, name: str) -> None:
+        checked = self._checked_groups
+        if name not in checked:
+            check_group(name)
+            if len(checked) >= _CHECKED_NAMES:
+                checked.clear()
+            checked.add(name)
 
     # ------------------------------------------------------------------------------------------
     # routing
@@ -340,9 +360,12 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
             if not messages:
                 raise Invalid(Code.MESSAGE_CORRUPTED, "no message to send")
             topic = messages[0].topic.name
-            for message in messages:
-                if message.topic.name != topic:
-                    raise Invalid(Code.MESSAGE_CORRUPTED, "all messages of one request must share a topic")
+            if len(messages) > 1:
+                for message in messages:
+                    if message.topic.name != topic:
+                        raise Invalid(
+                            Code.MESSAGE_CORRUPTED, "all messages of one request must share a topic"
+                        )
             self._topic(topic)
             now = time.time()
             client_id = caller.client_id
@@ -372,8 +395,7 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
                         codes.append(exc.code)
                 else:
                     for entry, result in zip(slots, results, strict=True):
-                        entry.status.code = cast(Any, _OK)
-                        entry.status.message = "OK"
+                        entry.status.CopyFrom(_STATUS_OK)
                         entry.offset = result.offset
                         if result.transaction_id:
                             entry.transaction_id = result.transaction_id
@@ -513,7 +535,7 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
             polling = min(polling, remaining - _DEADLINE_MARGIN)
         topic = request.message_queue.topic.name
         group = request.group.name
-        check_group(group)
+        self._group(group)
         self._topic(topic)  # TOPIC_NOT_FOUND unless auto-create
         self._catalog.group(group)  # CONSUMER_GROUP_NOT_FOUND unless auto-create
         if request.auto_renew:
@@ -575,7 +597,7 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
         def work(caller: Caller) -> s.AckMessageResponse:
             topic = request.topic.name
             group = request.group.name
-            check_group(group)
+            self._group(group)
             self._topic(topic)
             fifo = self._catalog.group(group).fifo
             faults = self._faults
@@ -585,6 +607,8 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
             codes: list[int] = []
             acked = 0
             touched: set[Broker] = set()
+            # With one broker every handle is routed to it anyway (see `_broker_for`).
+            single = self._broker if len(self._server.brokers) == 1 else None
             for entry in request.entries:
                 result = response.entries.add()
                 result.message_id = entry.message_id
@@ -592,13 +616,15 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
                 result.receipt_handle = handle
                 code: int = _OK
                 message = "OK"
-                injected = faults.ack_entry_fault(entry.message_id) if faults.active else None
-                if faults.handle_expired(handle, entry.message_id):
-                    code, message = Code.INVALID_RECEIPT_HANDLE, "receipt handle is expired"
-                elif injected is not None:
+                injected = None
+                if faults.active:
+                    injected = faults.ack_entry_fault(entry.message_id)
+                    if faults.handle_expired(handle, entry.message_id):
+                        injected = (Code.INVALID_RECEIPT_HANDLE, "receipt handle is expired")
+                if injected is not None:
                     code, message = injected
                 else:
-                    broker = self._broker_for(handle)
+                    broker = single or self._broker_for(handle)
                     try:
                         broker.ack(
                             client_id=client_id,
@@ -612,8 +638,12 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
                         touched.add(broker)
                     except BrokerError as exc:
                         code, message = exc.code, exc.message
-                result.status.code = cast(Any, code)
-                result.status.message = message
+                if code == _OK:
+                    result.status.CopyFrom(_STATUS_OK)
+                else:
+                    status = result.status
+                    status.code = code  # type: ignore[assignment]
+                    status.message = message
                 codes.append(code)
             response.status.CopyFrom(_combined(codes))
             self._server.stats.entries[Rpc.ACK_MESSAGE.value] += acked
@@ -633,7 +663,7 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
         def work(caller: Caller) -> s.ChangeInvisibleDurationResponse:
             topic = request.topic.name
             group = request.group.name
-            check_group(group)
+            self._group(group)
             self._topic(topic)
             self._catalog.group(group)
             seconds = duration_seconds(request.invisible_duration)
@@ -673,7 +703,7 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
         def work(caller: Caller) -> s.ForwardMessageToDeadLetterQueueResponse:
             topic = request.topic.name
             group = request.group.name
-            check_group(group)
+            self._group(group)
             self._topic(topic)
             fifo = self._catalog.group(group).fifo
             handle = request.receipt_handle
@@ -1362,6 +1392,9 @@ def _register(server: grpc.aio.Server, servicer: MessagingServicer) -> None:
             handler = grpc.unary_unary_rpc_method_handler(_guard_unary(fn), decode, encode)
         handlers[method.name] = handler
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(_SERVICE_NAME, handlers),))
+    # Registered methods are matched by gRPC core when the call arrives, so a call skips the Python-level
+    # generic handler lookup (what the generated `add_..._to_server` of grpcio >= 1.62 does too).
+    server.add_registered_method_handlers(_SERVICE_NAME, handlers)  # type: ignore[attr-defined]
 
 
 def _resolve(fut: asyncio.Future[None]) -> None:

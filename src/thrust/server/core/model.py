@@ -26,6 +26,7 @@ __all__ = [
     "StoredMessage",
     "TopicInfo",
     "TransactionCheck",
+    "inbound",
 ]
 
 
@@ -194,6 +195,70 @@ class InboundMessage:
     transaction_recovery_after: float | None = None
     priority: int | None = None
     producer_client_id: str = ""
+
+
+class _InboundMessageBuilder:
+    """Mutable twin of `InboundMessage` (same slots, same order) used by `inbound()`."""
+
+    __slots__ = InboundMessage.__slots__
+    topic: str
+    body: bytes
+    message_id: str
+    tag: str | None
+    keys: tuple[str, ...]
+    properties: Mapping[str, str]
+    message_type: MessageType
+    message_group: str | None
+    delivery_timestamp: float | None
+    born_timestamp: float
+    born_host: str
+    body_encoding_gzip: bool
+    trace_context: str | None
+    transaction_recovery_after: float | None
+    priority: int | None
+    producer_client_id: str
+
+
+def inbound(
+    topic: str,
+    body: bytes,
+    message_id: str,
+    tag: str | None,
+    keys: tuple[str, ...],
+    properties: Mapping[str, str],
+    message_type: MessageType,
+    message_group: str | None,
+    delivery_timestamp: float | None,
+    born_timestamp: float,
+    born_host: str,
+    body_encoding_gzip: bool,
+    trace_context: str | None,
+    transaction_recovery_after: float | None,
+    priority: int | None,
+    producer_client_id: str,
+) -> InboundMessage:
+    """`InboundMessage(...)` with every field given, for the send hot path (once per sent message):
+    like `StoredMessage.of`, it fills a mutable twin and turns it into a frozen `InboundMessage`, which
+    avoids the frozen `__init__`'s `object.__setattr__` per field."""
+    new = _InboundMessageBuilder()
+    new.topic = topic
+    new.body = body
+    new.message_id = message_id
+    new.tag = tag
+    new.keys = keys
+    new.properties = properties
+    new.message_type = message_type
+    new.message_group = message_group
+    new.delivery_timestamp = delivery_timestamp
+    new.born_timestamp = born_timestamp
+    new.born_host = born_host
+    new.body_encoding_gzip = body_encoding_gzip
+    new.trace_context = trace_context
+    new.transaction_recovery_after = transaction_recovery_after
+    new.priority = priority
+    new.producer_client_id = producer_client_id
+    object.__setattr__(new, "__class__", InboundMessage)
+    return cast(InboundMessage, new)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
