@@ -618,20 +618,23 @@ class PushConsumer:
             q.event.set()
             return
         good, bad = convert.received_from_pbs(result.messages, q.endpoint)
+        # One pass per batch: the deliveries carry their body size, which is what the cache counts.
+        deliveries = [_Delivery(m, q) for m in good]
         nbytes = 0
         largest = 0
-        for m in good:
-            size = len(m.body)
+        for d in deliveries:
+            size = d.nbytes
             nbytes += size
             if size > largest:
                 largest = size
-        q.pq.on_received(ticket, len(good), nbytes, time.monotonic(), largest if good else None)
+        n = len(deliveries)
+        q.pq.on_received(ticket, n, nbytes, time.monotonic(), largest if n else None)
         if bad:
             self._corrupted(q, bad)
-        if good:
-            q.received += len(good)
-            self._counters["received"] += len(good)
-            self._dispatch(q, [_Delivery(m, q) for m in good])
+        if n:
+            q.received += n
+            self._counters["received"] += n
+            self._dispatch(q, deliveries)
         q.event.set()
 
     def _corrupted(self, q: _Queue, bad: Sequence[convert.Corrupted]) -> None:
@@ -799,36 +802,53 @@ class PushConsumer:
         return self._topic_pb.get(topic) or pb.Resource(resource_namespace=self.config.namespace, name=topic)
 
     def _acks_finished(self, finished: list[tuple[AckEntry, Fate]]) -> None:
-        self._release(entry.token for entry, _fate in finished)
+        self._release([entry.token for entry, _fate in finished])
 
     def _nacks_finished(self, finished: list[tuple[AckEntry, Fate]]) -> None:
         self._counters["nacked"] += sum(1 for _entry, fate in finished if fate is Fate.ACKED)
-        self._release(entry.token for entry, _fate in finished)
+        self._release([entry.token for entry, _fate in finished])
 
     def _dlq_finished(self, finished: list[tuple[AckEntry, Fate]]) -> None:
         self._counters["dead_lettered"] += sum(1 for _entry, fate in finished if fate is Fate.ACKED)
-        self._release(entry.token for entry, _fate in finished)
+        self._release([entry.token for entry, _fate in finished])
 
-    def _release(self, tokens: Iterable[object]) -> None:
-        """Settled (acked, nacked, forwarded or given up): the messages leave the cache, making room."""
+    def _release(self, tokens: list[object]) -> None:
+        """Settled (acked, nacked, forwarded or given up): the messages leave the cache, making room.
+
+        Once per finished batch; a batch's entries nearly always share one queue, so the per-queue sums are
+        kept in locals until the queue changes."""
         freed: dict[_Queue, list[int]] = {}
+        q: _Queue | None = None
+        n = nbytes = 0
         for token in tokens:
-            d = token.delivery if isinstance(token, _Token) else token
-            if not isinstance(d, _Delivery):
+            d = token if type(token) is _Delivery else getattr(token, "delivery", None)
+            if d is None:
                 continue  # a corrupted message's nack: it never took a cache slot
-            q = d.queue
+            assert isinstance(d, _Delivery)
+            if d.queue is not q:
+                if q is not None:
+                    self._add_freed(freed, q, n, nbytes)
+                q = d.queue
+                n = nbytes = 0
             q.acks_pending -= 1
-            slot = freed.get(q)
-            if slot is None:
-                freed[q] = [1, d.nbytes]
-            else:
-                slot[0] += 1
-                slot[1] += d.nbytes
+            n += 1
+            nbytes += d.nbytes
+        if q is not None:
+            self._add_freed(freed, q, n, nbytes)
         if freed:
             now = time.monotonic()
             for q, (n, nbytes) in freed.items():
                 q.pq.on_consumed(n, nbytes, now)
                 q.event.set()
+
+    @staticmethod
+    def _add_freed(freed: dict[_Queue, list[int]], q: _Queue, n: int, nbytes: int) -> None:
+        slot = freed.get(q)
+        if slot is None:
+            freed[q] = [n, nbytes]
+        else:
+            slot[0] += n
+            slot[1] += nbytes
 
     # -- statistics ---------------------------------------------------------------------------------------
 

@@ -63,16 +63,22 @@ def compute_digest(kind: DigestType | int, body: Buffer) -> str:
 _HEX_RE: Final = re.compile(r"[0-9A-Fa-f]+")
 
 
+# Runs once per received message, so no enum conversion and no regex for the hash types: a hex digest in
+# lower case equals the lower-cased checksum exactly when the checksum is that digest in either case.
+_HEX_HASHES: Final = {int(DigestType.MD5): hashlib.md5, int(DigestType.SHA1): hashlib.sha1}
+
+
 def verify_digest(kind: DigestType | int, body: Buffer, checksum: str) -> bool:
     """Whether `checksum` matches `body`. Hex case is ignored, and a CRC32 may carry leading zeros
     (the Java client compares the exact unpadded uppercase string; we accept what other senders emit).
     Raises ValueError for DigestType UNSPECIFIED or unknown values."""
-    kind = _digest_type(kind)
-    if not _HEX_RE.fullmatch(checksum):
-        return False
-    if kind is DigestType.CRC32:
-        return int(checksum, 16) == zlib.crc32(body)
-    return checksum.upper() == compute_digest(kind, body)
+    hash_fn = _HEX_HASHES.get(kind)
+    if hash_fn is not None:
+        return checksum.isascii() and hash_fn(body, usedforsecurity=False).hexdigest() == checksum.lower()
+    if _digest_type(kind) is DigestType.CRC32:
+        # int() would also take "0x", "_" and spaces: only plain hex digits are a checksum.
+        return _HEX_RE.fullmatch(checksum) is not None and int(checksum, 16) == zlib.crc32(body)
+    raise ValueError(f"unsupported digest type {kind!r}")
 
 
 # --------------------------------------------------------------------------------------------------
