@@ -226,6 +226,19 @@ class ListenerExecutor(Generic[T]):
             return self._runners == 0 and not self._results
         return self._alive_threads == 0 and not self._results
 
+    def stop(self) -> list[T]:
+        """Stop accepting and starting items; return the queued-but-unstarted ones (their messages are then
+        the caller's to settle, e.g. to nack at once rather than leave them invisible until they time out).
+        Running listener calls go on; `close()` waits for them. Idempotent (a second call returns [])."""
+        if self._closing:
+            return []
+        self._closing = True
+        with self._cond:
+            unstarted = list(self._pending)
+            self._pending.clear()
+            self._cond.notify_all()
+        return unstarted
+
     async def close(self, grace: float) -> int:
         """Stop accepting, drop what has not started, let running listeners finish for up to `grace` s.
 

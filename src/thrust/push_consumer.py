@@ -74,6 +74,10 @@ MiB = 1024 * 1024
 # 3, §7.6); an entry still failing after that long is given up rather than retried forever (seed 000 item 4).
 ACK_RETRY_WINDOW = 60.0
 
+# Close nacks the messages it never started with this invisible duration, so that the rest of the group gets
+# them about a second later instead of after the server's invisible time (60 s for push receives).
+CLOSE_NACK_DELAY = 1.0
+
 
 def _config(
     config: ClientConfig | None, endpoints: str | Iterable[str] | None, **kwargs: Any
@@ -120,7 +124,11 @@ class _Token:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class QueueStats:
-    """One assigned queue: cache, receives in flight, listeners running, acks not yet settled."""
+    """One assigned queue: cache, receives in flight, listeners running, acks not yet settled.
+
+    `acks_pending` counts this queue's acks, nacks and dead-letter forwards not settled yet (queued, in flight
+    or retrying); `acks_retrying` the acks among them waiting in the retry schedule after a failed attempt
+    (the per-queue share of `PushConsumerStats.acks_retrying`)."""
 
     topic: str
     broker: str
@@ -130,6 +138,7 @@ class QueueStats:
     receives_in_flight: int
     listeners_in_flight: int
     acks_pending: int
+    acks_retrying: int
     received: int
     consumed: int
 
@@ -439,6 +448,9 @@ class PushConsumer:
             handle.cancel()
         self._fifo_timers.clear()
         if self._executor is not None:
+            unstarted = self._executor.stop()
+            if unstarted:
+                self._nack_unstarted(unstarted)
             dropped = await self._executor.close(self.shutdown_grace)
             if dropped:
                 logger.info(
@@ -716,6 +728,27 @@ class PushConsumer:
         d.queue.acks_pending += 1
         self._nacks.add(d.queue.ack_key, entry)
 
+    def _nack_unstarted(self, unstarted: list[_Delivery]) -> None:
+        """Close: messages handed to the pool but never started go back to the server now, with a short
+        ChangeInvisibleDuration, instead of staying invisible until the server's invisible time (60 s,
+        auto-renewed) runs out. The nacks are sent while running listeners finish and are awaited with the
+        acks. FIFO messages are left to the server's redelivery: nacking a group's head out of turn could only
+        reorder it."""
+        fifo = self.session.settings.fifo
+        deadline = time.monotonic() + self.ack_retry_window
+        assert self._nacks is not None
+        for d in unstarted:
+            q = d.queue
+            q.in_listener -= 1
+            if fifo:
+                continue
+            m = d.message
+            token = _Token(q, m.topic, m.message_id, CLOSE_NACK_DELAY, d)
+            q.acks_pending += 1
+            self._nacks.add(q.ack_key, AckEntry(m.message_id, m.receipt_handle, deadline, token))
+        if not fifo:
+            logger.info("close: %d received messages were not started; nacked for redelivery", len(unstarted))
+
     def _fifo_failed(self, d: _Delivery, now: float) -> bool:
         """A FIFO message failed: retry locally on a loop timer, or dead-letter it. True when settled."""
         policy = self.session.settings.retry_policy
@@ -854,6 +887,12 @@ class PushConsumer:
 
     def stats(self) -> PushConsumerStats:
         """A snapshot of the consumer's gauges and counters, per queue and in total."""
+        retrying: dict[_Queue, int] = {}
+        if self._acks is not None and self._acks.batcher.stats().retrying:
+            for entry in self._acks.batcher.retrying_entries():
+                d = entry.token
+                if isinstance(d, _Delivery):
+                    retrying[d.queue] = retrying.get(d.queue, 0) + 1
         queues = tuple(
             QueueStats(
                 topic=q.id.topic,
@@ -864,6 +903,7 @@ class PushConsumer:
                 receives_in_flight=q.pq.in_flight,
                 listeners_in_flight=q.in_listener,
                 acks_pending=q.acks_pending,
+                acks_retrying=retrying.get(q, 0),
                 received=q.received,
                 consumed=q.consumed,
             )

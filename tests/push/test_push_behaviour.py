@@ -368,3 +368,79 @@ def test_unsettled_acks_hold_cache_slots_so_a_slow_ack_path_bounds_receiving() -
         assert set(consumed) <= set(ids)
 
     run(main())
+
+
+def test_acks_retrying_is_reported_per_queue_and_adds_up_to_the_total() -> None:
+    async def main() -> None:
+        async with embedded_server(topics=["t:1"], groups=["g"], brokers=2) as srv:
+            ep = srv.endpoints[0]
+            consumer = PushConsumer(
+                endpoints=ep,
+                group="g",
+                subscriptions={"t": "*"},
+                listener=lambda m: ConsumeResult.SUCCESS,
+                consumption_thread_count=2,
+            )
+            snapshots = []
+
+            def retrying_seen() -> bool:
+                s = consumer.stats()
+                if s.acks_retrying:
+                    snapshots.append(s)
+                return bool(s.acks_retrying)
+
+            async with Producer(endpoints=ep, topics=["t"]) as producer, consumer:
+                await ready(consumer, queues=2)
+                srv.faults.fail_ack_entries(first_attempts=3)
+                await send_all(producer, [Message(topic="t", body=b"m%d" % i) for i in range(40)])
+                await until(retrying_seen, step=0.005)
+                await until(lambda: consumer.stats().acked == 40)
+                assert all(q.acks_retrying == 0 for q in consumer.stats().queues)
+        s = snapshots[0]
+        assert sum(q.acks_retrying for q in s.queues) == s.acks_retrying > 0
+        assert all(q.acks_retrying <= q.acks_pending for q in s.queues)
+
+    run(main())
+
+
+def test_close_nacks_messages_that_never_started_so_they_come_back_soon() -> None:
+    """Received messages still queued for the listener at close get a short ChangeInvisibleDuration now,
+    rather than staying invisible until the server's invisible time runs out."""
+
+    async def main() -> None:
+        async with embedded_server(topics=["t:1"], groups=["g"]) as srv:
+            ep = srv.endpoints[0]
+            release = threading.Event()
+            consumer = PushConsumer(
+                endpoints=ep,
+                group="g",
+                subscriptions={"t": "*"},
+                listener=lambda m: release.wait(10) and ConsumeResult.SUCCESS,
+                consumption_thread_count=1,
+                shutdown_grace=0.2,
+            )
+            try:
+                async with Producer(endpoints=ep, topics=["t"]) as producer, consumer:
+                    await ready(consumer)
+                    await send_all(producer, [Message(topic="t", body=b"m%d" % i) for i in range(10)])
+                    await until(lambda: consumer.stats().received == 10)
+                    await until(lambda: consumer.stats().listeners_in_flight == 1)
+            finally:
+                release.set()
+            s = consumer.stats()
+            assert srv.stats.calls["ChangeInvisibleDuration"] == 9
+            assert s.nacked == 9
+            assert s.consume_failures == 0
+            # Nacked for a short delay: a new consumer of the group gets them well within the server's
+            # 60 s invisible time.
+            got: list[str] = []
+            again = PushConsumer(
+                endpoints=ep,
+                group="g",
+                subscriptions={"t": "*"},
+                listener=lambda m: got.append(m.message_id) or ConsumeResult.SUCCESS,
+            )
+            async with again:
+                await until(lambda: len(got) >= 9, timeout=20)
+
+    run(main())

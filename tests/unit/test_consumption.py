@@ -341,3 +341,33 @@ def test_async_close_cancels_listeners_stuck_past_the_bound() -> None:
         assert col.total() == 0
 
     run(main())
+
+
+def test_stop_hands_back_the_unstarted_items_and_close_then_drops_nothing() -> None:
+    """The consumer settles what never started itself (it nacks those messages at close)."""
+    release = threading.Event()
+    started = threading.Semaphore(0)
+
+    def listener(n: int) -> Result:
+        started.release()
+        release.wait(10)
+        return Result.SUCCESS
+
+    async def main() -> None:
+        col = Collector()
+        ex: ListenerExecutor[Item] = ListenerExecutor(
+            listener, success=Result.SUCCESS, on_results=col, thread_count=2
+        )
+        items = [Item(i) for i in range(10)]
+        ex.submit(items)
+        for _ in range(2):
+            assert started.acquire(timeout=10)
+        unstarted = ex.stop()
+        assert len(unstarted) == 8 and set(unstarted) <= set(items)
+        assert ex.stop() == []
+        assert ex.submit([Item(99)]) == 0
+        release.set()
+        assert await ex.close(grace=5) == 0
+        await col.wait(2)
+
+    run(main())

@@ -341,3 +341,24 @@ def test_results_for_duplicate_message_ids_match_in_order() -> None:
 )
 def test_classify(code: int, outcome: Outcome) -> None:
     assert classify(code) is outcome
+
+
+def test_retrying_entries_lists_exactly_the_live_retry_set() -> None:
+    """Per-queue statistics read the retry set: every entry waiting for a retry once, none that left it."""
+    batcher = AckBatcher(AckConfig(linger=0.0))
+    entries = [entry(i) for i in range(4)]
+    for e in entries:
+        batcher.add(KEY, e, 0.0)
+    (batch,) = batcher.take_ready(0.0)
+    batcher.on_results(
+        batch,
+        results_for(batch, MULTIPLE, [("m0", OK), ("m1", INTERNAL), ("m2", INTERNAL), ("m3", INVALID)]),
+        0.0,
+    )
+    assert sorted(e.message_id for e in batcher.retrying_entries()) == ["m1", "m2"]
+    assert len(batcher.retrying_entries()) == batcher.stats().retrying
+    # Once due, they leave the retry set for the pending lane; then they are in flight.
+    (retry,) = batcher.take_ready(10.0)
+    assert batcher.retrying_entries() == []
+    batcher.on_results(retry, results_for(retry, OK), 10.0)
+    assert batcher.retrying_entries() == [] and batcher.idle()

@@ -456,6 +456,11 @@ class AckBatcher:
         """Nothing pending, in flight or scheduled for retry (the drain on close is complete)."""
         return self._pending == 0 and self._in_flight == 0 and self._retrying == 0
 
+    def retrying_entries(self) -> list[AckEntry]:
+        """The entries waiting in the retry schedule now (for per-queue statistics: O(retry set), not for
+        the hot path)."""
+        return [r[3] for r in self._retry_heap if r[3]._state == _RETRYING and r[3]._gen == r[2]]
+
     def stats(self) -> AckStats:
         return AckStats(
             pending=self._pending,
