@@ -692,17 +692,18 @@ class PushConsumer:
         fifo = self.session.settings.fifo
         follow_ups: list[_Delivery] = []
         deadline = now + self.ack_retry_window
+        to_ack: list[tuple[AckKey, AckEntry]] = []
+        failures = 0
         for d, ok in results:
             q = d.queue
             q.in_listener -= 1
             if ok:
-                self._counters["consumed"] += 1
                 q.consumed += 1
                 m = d.message
                 q.acks_pending += 1
-                acks.add(q.ack_key, AckEntry(m.message_id, m.receipt_handle, deadline, d))
+                to_ack.append((q.ack_key, AckEntry(m.message_id, m.receipt_handle, deadline, d)))
             else:
-                self._counters["consume_failures"] += 1
+                failures += 1
                 if fifo and q.fifo is not None:
                     if not self._fifo_failed(d, now):
                         continue  # retried locally later: stays in the cache and at its chain's head
@@ -712,6 +713,13 @@ class PushConsumer:
                 nxt = q.fifo.done(d)
                 if nxt is not None:
                     follow_ups.append(nxt)
+        # Counters and the batcher once per burst of results, not once per message.
+        counters = self._counters
+        counters["consumed"] += len(to_ack)
+        if failures:
+            counters["consume_failures"] += failures
+        if to_ack:
+            acks.add_many(to_ack, now)
         if follow_ups:
             for d in follow_ups:
                 d.queue.in_listener += 1

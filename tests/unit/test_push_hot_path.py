@@ -77,3 +77,48 @@ def test_decode_of_a_proxy_message_takes_the_fast_digest_path(monkeypatch: pytes
     sp.body_digest.checksum = "0" * 32
     with pytest.raises(convert.Corrupted):
         convert.received_from_pb(m)
+
+
+def test_a_burst_of_results_goes_to_the_ack_batcher_in_one_call() -> None:
+    """`BatchDriver.add_many`: one clock read and at most one pump for a whole burst of consumed messages;
+    the batches that go out are the same as with one `add` per message."""
+    import asyncio
+
+    from thrust._core.ack import AckBatch, AckBatcher, AckConfig, AckEntry, AckKey, Outcome, results_for
+    from thrust._core.endpoints import parse_endpoint
+    from thrust._push.settle import BatchDriver
+
+    sent: list[int] = []
+
+    async def send(batch: AckBatch) -> list[tuple[AckEntry, Outcome]]:
+        sent.append(len(batch))
+        return results_for(batch, 20000)
+
+    async def main() -> None:
+        finished: list[int] = []
+        driver = BatchDriver(
+            "ack", AckBatcher(AckConfig(max_batch=32, linger=0.0)), send, lambda f: finished.append(len(f))
+        )
+        key = AckKey(parse_endpoint("127.0.0.1:8081"), "g", "t")
+        loop = asyncio.get_running_loop()
+        pumps = 0
+        real_call_soon = loop.call_soon
+
+        def counting_call_soon(cb, *args, **kwargs):  # type: ignore[no-untyped-def]
+            nonlocal pumps
+            if getattr(cb, "__name__", "") == "_pump":
+                pumps += 1
+            return real_call_soon(cb, *args, **kwargs)
+
+        loop.call_soon = counting_call_soon  # type: ignore[method-assign]
+        try:
+            driver.add_many([(key, AckEntry(f"m{i}", f"h{i}", 1e12)) for i in range(70)], 0.0)
+        finally:
+            loop.call_soon = real_call_soon  # type: ignore[method-assign]
+        assert pumps == 1
+        assert await driver.drain(5.0)
+        await driver.close()
+        assert sorted(sent) == [6, 32, 32]
+        assert sum(finished) == 70
+
+    asyncio.run(main())

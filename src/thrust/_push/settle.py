@@ -58,6 +58,16 @@ class BatchDriver:
         if self.batcher.add(key, entry, time.monotonic()):
             self._kick()
 
+    def add_many(self, items: list[tuple[AckKey, AckEntry]], now: float) -> None:
+        """`add` for a burst of results: one clock read and at most one kick for all of them."""
+        add = self.batcher.add
+        kick = False
+        for key, entry in items:
+            if add(key, entry, now):
+                kick = True
+        if kick:
+            self._kick()
+
     def _kick(self) -> None:
         # Coalesce: many adds within one loop iteration cost one pump.
         if not self._kicked:
