@@ -251,7 +251,7 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
             info = self._topic(request.topic.name)
             response = s.QueryRouteResponse(status=_STATUS_OK)
             types = [int(t) for t in sorted(info.types)]
-            for broker_pb in self._server.route_brokers(request.endpoints, info):
+            for broker_pb in self._server.topic_brokers(request.endpoints, info):
                 for qid in range(info.queues):
                     mq = response.message_queues.add()
                     mq.topic.CopyFrom(request.topic)
@@ -276,20 +276,22 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
             types = [int(t) for t in sorted(info.types)]
             override = self._faults.assignment(info.name, group.name)
             if override is not None:  # staged by a test (Faults.set_assignment), every port alike
-                every = self._server.route_brokers(request.endpoints)
+                by_name = {pb.name: pb for pb in self._server.route_brokers(request.endpoints)}
+                brokers = self._server.brokers
                 for b, qid in override:
-                    if b < len(every):
+                    broker_pb = by_name.get(brokers[b].name) if b < len(brokers) else None
+                    if broker_pb is not None:
                         mq = response.assignments.add().message_queue
                         mq.topic.CopyFrom(request.topic)
                         mq.id = qid
                         mq.permission = d.Permission.READ_WRITE
-                        mq.broker.CopyFrom(every[b])
+                        mq.broker.CopyFrom(broker_pb)
                         mq.accept_message_types.extend(cast(Any, types))
                 return response
             # Non-FIFO groups: one "acting queue" id -1 per broker, load balanced by pop; FIFO groups:
             # one assignment per queue. The same list for every client (reference 7.4).
             ids = range(info.queues) if group.fifo else (-1,)
-            for broker_pb in self._server.route_brokers(request.endpoints, info):
+            for broker_pb in self._server.topic_brokers(request.endpoints, info):
                 for qid in ids:
                     mq = response.assignments.add().message_queue
                     mq.topic.CopyFrom(request.topic)
@@ -1047,9 +1049,16 @@ class EmbeddedServer:
     # ------------------------------------------------------------------------------------------
     # routes
 
-    def route_brokers(self, requested: d.Endpoints, topic: TopicInfo | None = None) -> list[d.Broker]:
-        """Every broker (hosting `topic`, when given) as `Broker{name, id 0, endpoints}`: the host the
-        client dialed (from the request's endpoints, reference 7.3) with that broker's port."""
+    def topic_brokers(self, requested: d.Endpoints, topic: TopicInfo) -> list[d.Broker]:
+        """`route_brokers`, keeping only the brokers that host `topic` (`TopicInfo.brokers`)."""
+        routes = self.route_brokers(requested)
+        if topic.brokers is None:
+            return routes
+        return [pb for pb in routes if topic.hosted_on(pb.name)]
+
+    def route_brokers(self, requested: d.Endpoints) -> list[d.Broker]:
+        """Every broker as `Broker{name, id 0, endpoints}`: the host the client dialed (from the
+        request's endpoints, reference 7.3) with that broker's port."""
         host: str | None = None
         scheme = 0
         if requested.addresses:
@@ -1063,8 +1072,6 @@ class EmbeddedServer:
             scheme = _scheme_of(host)
         out = []
         for broker, port in zip(self.brokers, self.ports, strict=False):
-            if topic is not None and not topic.hosted_on(broker.name):
-                continue
             pb = d.Broker(name=broker.name, id=0)
             pb.endpoints.scheme = cast(Any, scheme)
             pb.endpoints.addresses.add(host=host, port=port)
