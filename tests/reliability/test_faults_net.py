@@ -85,8 +85,9 @@ class _Load:
         await asyncio.wait_for(self.tasks[1], 15.0)
         events = self.rec.snapshot().events
         invokes = {e.seq: e.payload_id for e in events if e.kind == "invoke"}
-        acked_sends = [invokes[e.ref] for e in events if e.kind == "ok"]
-        await drain(self.rec, self.consumer, acked_sends, budget=drain_budget, idle=1.0, invisible=INVISIBLE)
+        delivered = {e.payload_id for e in events if e.kind == "deliver"}
+        missing = [invokes[e.ref] for e in events if e.kind == "ok" and invokes[e.ref] not in delivered]
+        await drain(self.rec, self.consumer, missing, budget=drain_budget, idle=1.0, invisible=INVISIBLE)
 
     async def __aexit__(self, *exc: object) -> None:
         self.stopping = True
