@@ -250,6 +250,7 @@ def test_b15_send_with_a_wrong_body_digest_is_refused_by_the_server() -> None:
     run(scenario)
 
 
+@pytest.mark.slow
 def test_b15_corrupted_delivery_is_never_handed_over_and_comes_back_intact(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -64,6 +64,7 @@ def _push_recorder(
 # F10 ------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("delay", [10.0, 3600.0], ids=["settings-10s", "settings-never"])
 def test_f10_slow_or_missing_settings_reply_does_not_block_start(delay: float) -> None:
     """F10: the Settings answer on Telemetry is 10 s late or never comes: `start()` returns within the

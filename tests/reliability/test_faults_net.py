@@ -88,6 +88,15 @@ class _Load:
         delivered = {e.payload_id for e in events if e.kind == "deliver"}
         missing = [invokes[e.ref] for e in events if e.kind == "ok" and invokes[e.ref] not in delivered]
         await drain(self.rec, self.consumer, missing, budget=drain_budget, idle=1.0, invisible=INVISIBLE)
+        # An ack whose reply a fault swallowed has an unknown outcome. Wait one invisible time: if the
+        # server did not apply it the message comes back and is acked now; if it never comes back, the
+        # server had applied it. Checks then use require_ack=False (P1 is lost = 0, unexpected = 0).
+        events = self.rec.snapshot().events
+        ack_ok = {e.ref for e in events if e.kind == "ack"}
+        unsure = {e.payload_id for e in events if e.kind == "deliver" and e.seq not in ack_ok}
+        unsure -= {e.payload_id for e in events if e.kind == "deliver" and e.seq in ack_ok}
+        if unsure:
+            await drain(self.rec, self.consumer, [], budget=INVISIBLE + 3.0, idle=INVISIBLE + 2.0)
 
     async def __aexit__(self, *exc: object) -> None:
         self.stopping = True
@@ -118,9 +127,11 @@ async def _faulted(
 
 def _lost_only_to_the_memory_store(report: Report, rec: HistoryRecorder) -> None:
     """The in-memory server forgets everything on a restart: a lost payload is allowed only when its
-    send was acked before a restart began and it had not been consumed by then."""
+    send was acked before a restart completed (by the instance that died) and it was not consumed."""
     events = rec.snapshot().events
-    faults = [e.t for e in events if e.kind == "fault"]
+    # A send acked before a restart finished was acked by the instance that died (the kill follows the
+    # fault mark by a few ms, so a send can still be acked by the old server after the mark).
+    faults = [e.t for e in events if e.kind == "heal"]
     ok_at: dict[str, float] = {}
     invokes = {e.seq: e for e in events if e.kind == "invoke"}
     for e in events:
@@ -158,7 +169,7 @@ def test_f1_f2_server_killed_or_terminated_and_restarted_under_load(kill: bool) 
                     await asyncio.sleep(4.0)
                 # Messages the dead server held never come back: wait one invisible time, not more.
                 await load.finish(drain_budget=INVISIBLE + 3.0)
-        report = check(rec, call_bound=SEND_BOUND, recovery_bound=15.0)
+        report = check(rec, require_ack=False, call_bound=SEND_BOUND, recovery_bound=15.0)
         assert report.sends_ok > 100, report.summary
         assert_report(report, "P3", "P4")
         _lost_only_to_the_memory_store(report, rec)
@@ -187,7 +198,7 @@ def test_f3_server_paused_10s_then_resumed_nothing_lost() -> None:
                 await _faulted(rec, load, "sigstop", stop, cont, hold=10.0)
                 await asyncio.sleep(3.0)
                 await load.finish(drain_budget=25)
-        report = check(rec, call_bound=SEND_BOUND, recovery_bound=15.0, copies_per_send=3)
+        report = check(rec, require_ack=False, call_bound=SEND_BOUND, recovery_bound=15.0, copies_per_send=3)
         assert report.sends_ok > 100, report.summary
         assert_report(report, "P1", "P2", "P3", "P4")
 
@@ -216,6 +227,7 @@ async def _proxied() -> object:  # type: ignore[misc]
             yield srv, proxy, f"127.0.0.2:{port}"
 
 
+@pytest.mark.slow
 def test_f4_connection_reset_mid_call_sends_retried_or_unknown_nothing_lost() -> None:
     """F4: every live connection is reset (RST both ways) three times under load: in-flight sends are
     retried or reported unknown, the client reconnects within 5 s, P1/P2/P3/P4."""
@@ -231,7 +243,7 @@ def test_f4_connection_reset_mid_call_sends_retried_or_unknown_nothing_lost() ->
                     rec.fault_healed("reset")
                     await asyncio.sleep(2.0)
                 await load.finish()
-        report = check(rec, call_bound=SEND_BOUND, recovery_bound=5.0, copies_per_send=3)
+        report = check(rec, require_ack=False, call_bound=SEND_BOUND, recovery_bound=5.0, copies_per_send=3)
         assert report.sends_ok > 100, report.summary
         assert_report(report, "P1", "P2", "P3", "P4")
 
@@ -268,7 +280,7 @@ def test_f5_half_open_connection_detected_and_replaced() -> None:
                 # the producer's and the consumer's current connections are still established.
                 port = int(ep.rsplit(":", 1)[1])
                 assert _established_to("127.0.0.2", port) <= 2, proxy.stats()
-        report = check(rec, call_bound=SEND_BOUND, recovery_bound=30.0, copies_per_send=3)
+        report = check(rec, require_ack=False, call_bound=SEND_BOUND, recovery_bound=30.0, copies_per_send=3)
         assert_report(report, "P1", "P2", "P3", "P4")
 
     run(scenario)
@@ -297,7 +309,7 @@ def test_f6_partition_refused_sends_fail_fast_start_fails_bounded_then_recovers(
                 rec.fault_healed("partition")
                 await asyncio.sleep(3.0)
                 await load.finish()
-        report = check(rec, call_bound=SEND_BOUND, recovery_bound=15.0, copies_per_send=3)
+        report = check(rec, require_ack=False, call_bound=SEND_BOUND, recovery_bound=15.0, copies_per_send=3)
         assert report.sends_failed + report.sends_unknown > 0, "the partition did not bite"
         assert_report(report, "P1", "P2", "P3", "P4")
 

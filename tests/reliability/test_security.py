@@ -136,6 +136,7 @@ def _signatures_recorder(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return seen
 
 
+@pytest.mark.slow
 def test_s4_c3_secrets_and_signatures_never_logged_in_process(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -283,6 +284,7 @@ def _self_signed() -> tuple[bytes, bytes]:
     return cert.public_bytes(serialization.Encoding.PEM), key_pem
 
 
+@pytest.mark.slow
 def test_s6_c1_tls_with_auth_end_to_end_and_every_mismatch_fails_fast(tmp_path: Path) -> None:
     """S6/C1: TLS plus auth round-trips messages (P1) for a client trusting the test CA; a client
     verifying against the system roots (the certificate is self-signed), a plaintext client against the
