@@ -31,8 +31,10 @@ typecheck: $(STAMP)
 layers: $(STAMP)
 	$(BIN)/lint-imports
 
+# Four workers on two cores: most of the reliability and fault tests wait (invisible times, long polls,
+# a paused server) rather than compute, so they overlap well; the suite stays well under 10 minutes.
 pytest: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 4
 
 test: lint typecheck layers pytest
 

@@ -136,7 +136,12 @@ class ServerProcess:
         self._log = open(self.log_path, "ab")  # closed in close()
         self.process: subprocess.Popen[bytes] | None = None
         if start:
-            self.start()
+            try:
+                self.start()
+            except BaseException:
+                # The caller never gets the object, so nobody else could close the log and the folder.
+                self.close()
+                raise
 
     @property
     def endpoints(self) -> list[str]:

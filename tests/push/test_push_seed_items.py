@@ -123,7 +123,9 @@ def test_seed3_a_broker_slow_to_answer_settings_does_not_stall_the_healthy_one()
                 return ConsumeResult.SUCCESS
 
             async with Producer(endpoints=srv.endpoints[0], topics=["t"]) as producer:
-                # The producer's sessions to both brokers are up; from now on new sessions with broker 1 wait.
+                # start() returns once one broker's session is up; wait for both (on a loaded machine the
+                # second may still be connecting), then make new sessions with broker 1 wait.
+                await until(lambda: len(producer.session.open_sessions()) == 2)
                 srv.faults.delay_settings(3.0, broker=1)
                 consumer = PushConsumer(
                     endpoints=srv.endpoints[0], group="g", subscriptions={"t": "*"}, listener=listener

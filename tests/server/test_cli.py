@@ -71,3 +71,17 @@ def test_serve_help_mentions_memory_only_and_refuses_remote_without_auth() -> No
     assert result.returncode == 2
     assert "non-loopback" in result.stderr
     assert "listening on" not in result.stdout
+
+
+def test_server_process_that_fails_to_start_leaves_nothing_open() -> None:
+    """A bad `thrust serve` argument: the constructor raises and closes its log file and temp folder
+    (an unclosed file would surface as a ResourceWarning, an error under this suite's settings)."""
+    import gc
+
+    import pytest
+
+    from thrust.testing import ServerProcess
+
+    with pytest.raises(Exception):  # noqa: B017 - whatever start() raises, the cleanup must run
+        ServerProcess(["--no-such-flag"], startup_timeout=10)
+    gc.collect()
