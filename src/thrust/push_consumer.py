@@ -62,6 +62,7 @@ from thrust._push.settle import BatchDriver
 from thrust.config import ClientConfig, Credentials, TlsConfig
 from thrust.errors import ClientClosedError, ThrustError, TooManyRequestsError, ValidationError
 from thrust.message import ConsumeResult, FilterExpression, ReceivedMessage
+from thrust.producer import _config
 
 __all__ = ["PushConsumer", "PushConsumerStats", "QueueStats"]
 
@@ -77,19 +78,6 @@ ACK_RETRY_WINDOW = 60.0
 # Close nacks the messages it never started with this invisible duration, so that the rest of the group gets
 # them about a second later instead of after the server's invisible time (60 s for push receives).
 CLOSE_NACK_DELAY = 1.0
-
-
-def _config(
-    config: ClientConfig | None, endpoints: str | Iterable[str] | None, **kwargs: Any
-) -> ClientConfig:
-    if config is not None:
-        if endpoints is not None:
-            raise ValueError("give either config= or endpoints=, not both")
-        changes = {k: v for k, v in kwargs.items() if v is not None}
-        return config.replace(**changes) if changes else config
-    if endpoints is None:
-        raise ValueError("endpoints= (or config=) is required")
-    return ClientConfig(endpoints, **{k: v for k, v in kwargs.items() if v is not None})
 
 
 class _Delivery:
