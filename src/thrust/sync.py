@@ -16,9 +16,9 @@ import asyncio
 import concurrent.futures
 import os
 import threading
-from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 from thrust import producer as _producer
 from thrust import simple_consumer as _simple
@@ -159,7 +159,44 @@ def _refuse_inside_loop() -> None:
     )
 
 
-class Producer:
+class _SyncClient:
+    """What the three blocking clients share: start on the library loop, close once, `with` support."""
+
+    _runner: _Runner
+
+    def _start(self, start: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        # The runner first: it refuses a call from inside a running loop before any coroutine exists.
+        self._runner = _Runner()
+        try:
+            self._runner.run(start())
+        except BaseException:
+            self._runner.close()
+            raise
+
+    def _close(self, stop: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        # Idempotent; the runner is released even when the asyncio close raises, so the last sync
+        # client always stops the loop thread.
+        if self._runner._closed:
+            return
+        try:
+            self._runner.check()
+            self._runner.run(stop())
+        finally:
+            self._runner.close()
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+class Producer(_SyncClient):
     """Blocking `thrust.Producer`; the same keyword options (see `thrust.Producer`).
 
     ```
@@ -196,12 +233,7 @@ class Producer:
             transaction_checker=transaction_checker,
             transaction_recovery=transaction_recovery,
         )
-        self._runner = _Runner()
-        try:
-            self._runner.run(self._async.start())
-        except BaseException:
-            self._runner.close()
-            raise
+        self._start(self._async.start)
 
     @property
     def aio(self) -> _producer.Producer:
@@ -230,21 +262,7 @@ class Producer:
 
     def close(self, timeout: float = 5.0) -> None:
         """Close the producer (bounded by `timeout`); idempotent. The last sync client stops the loop."""
-        if self._runner._closed:
-            return
-        try:
-            self._runner.check()
-            self._runner.run(self._async.close(timeout))
-        finally:
-            self._runner.close()
-
-    def __enter__(self) -> Producer:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
+        self._close(lambda: self._async.close(timeout))
 
 
 class Transaction:
@@ -275,7 +293,7 @@ class Transaction:
         self._runner.run(self._tx.__aexit__(exc_type, exc, tb))
 
 
-class SimpleConsumer:
+class SimpleConsumer(_SyncClient):
     """Blocking `thrust.SimpleConsumer`; the same keyword options.
 
     ```
@@ -312,12 +330,7 @@ class SimpleConsumer:
             await_duration=await_duration,
             invisible_duration=invisible_duration,
         )
-        self._runner = _Runner()
-        try:
-            self._runner.run(self._async.start())
-        except BaseException:
-            self._runner.close()
-            raise
+        self._start(self._async.start)
 
     @property
     def aio(self) -> _simple.SimpleConsumer:
@@ -360,24 +373,10 @@ class SimpleConsumer:
 
     def close(self, timeout: float = 5.0) -> None:
         """Close the consumer (bounded by `timeout`); idempotent."""
-        if self._runner._closed:
-            return
-        try:
-            self._runner.check()
-            self._runner.run(self._async.close(timeout))
-        finally:
-            self._runner.close()
-
-    def __enter__(self) -> SimpleConsumer:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
+        self._close(lambda: self._async.close(timeout))
 
 
-class PushConsumer:
+class PushConsumer(_SyncClient):
     """Blocking `thrust.PushConsumer`: the same keyword options (`group`, `subscriptions`, `listener`,
     `consumption_thread_count`, cache and ack options, ...).
 
@@ -399,12 +398,7 @@ class PushConsumer:
         from thrust import push_consumer as _push
 
         self._async = _push.PushConsumer(config, **options)
-        self._runner = _Runner()
-        try:
-            self._runner.run(self._async.start())
-        except BaseException:
-            self._runner.close()
-            raise
+        self._start(self._async.start)
 
     @property
     def aio(self) -> Any:
@@ -417,24 +411,10 @@ class PushConsumer:
 
     def close(self) -> None:
         """Stop consuming, finish in-flight listeners within the grace, flush acks; idempotent."""
-        if self._runner._closed:
-            return
-        try:
-            self._runner.check()
-            self._runner.run(self._async.close())
-        finally:
-            self._runner.close()
+        self._close(self._async.close)
 
     def __repr__(self) -> str:
         return f"sync.{self._async!r}"
-
-    def __enter__(self) -> PushConsumer:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
 
 async def _call(fn: Any, *args: Any) -> Any:
