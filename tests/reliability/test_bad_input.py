@@ -17,7 +17,8 @@ import pytest
 
 import thrust
 from tests.reliability._util import assert_report, body, drain, pid_of, run, send_recorded
-from tests.server._wire import Wire, message
+from tests.server._wire import Wire, message, messages_of
+from thrust._codec.digest import DigestType, compute_digest
 from thrust._codec.status import Code
 from thrust.reliability.history import HistoryRecorder, check
 from thrust.testing import embedded_server
@@ -230,22 +231,49 @@ def test_b1_b2_b6_b7_b8_server_refuses_when_the_client_is_bypassed() -> None:
     run(scenario)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "server bug against catalogue B15: a SendMessage whose system_properties.body_digest does not "
-        "match the body is stored (OK) instead of refused with BAD_REQUEST 40000; the server never "
-        "checks the producer's digest"
-    ),
-)
 def test_b15_send_with_a_wrong_body_digest_is_refused_by_the_server() -> None:
+    """B15 (send side, client bypassed): a message whose body_digest (CRC32, MD5 or SHA1) does not match
+    its body is answered BAD_REQUEST 40000 in its own entry and nothing is stored; a matching digest, in
+    upper or lower case hex, is accepted, and no digest means no check. Before the fix the server never
+    read the producer's digest and stored the message (OK)."""
+    payload = b"payload"
+
+    def with_digest(kind: int, checksum: str) -> Any:
+        msg = message("t", payload)
+        msg.system_properties.body_digest.type = kind  # type: ignore[assignment]
+        msg.system_properties.body_digest.checksum = checksum
+        return msg
+
+    wrong = [
+        with_digest(DigestType.CRC32, compute_digest(DigestType.CRC32, b"other")),
+        with_digest(DigestType.MD5, "0" * 32),
+        with_digest(DigestType.SHA1, compute_digest(DigestType.SHA1, payload + b"!")),
+        with_digest(DigestType.MD5, ""),
+    ]
+    right = [
+        with_digest(kind, checksum)
+        for kind in DigestType
+        for checksum in (compute_digest(kind, payload), compute_digest(kind, payload).lower())
+    ]
+
     async def scenario() -> None:
-        async with embedded_server(topics=["t"]) as srv, Wire(srv.endpoints[0]) as w:
-            msg = message("t", b"payload")
-            msg.system_properties.body_digest.type = 2  # MD5
-            msg.system_properties.body_digest.checksum = "0" * 32
-            response = await w.send(msg)
-            assert response.status.code == Code.BAD_REQUEST
+        async with embedded_server(topics=["t"], groups=["g"]) as srv, Wire(srv.endpoints[0]) as w:
+            for msg in wrong:
+                response = await w.send(msg)
+                assert response.status.code == Code.BAD_REQUEST, response
+                assert [e.status.code for e in response.entries] == [Code.BAD_REQUEST]
+            assert srv.stats.entries["SendMessage"] == 0, "a message with a wrong digest was stored"
+            for msg in right:
+                assert (await w.send(msg)).status.code == Code.OK
+            assert (await w.send(message("t", payload))).status.code == Code.OK  # no digest: no check
+            # In a batch only the bad entry is refused (per-entry status, MULTIPLE_RESULTS on top).
+            response = await w.send(message("t", payload), with_digest(DigestType.MD5, "0" * 32))
+            assert [e.status.code for e in response.entries] == [Code.OK, Code.BAD_REQUEST]
+            assert response.status.code == Code.MULTIPLE_RESULTS
+            assert srv.stats.entries["SendMessage"] == len(right) + 2
+            # Only the accepted messages can be received.
+            stream = await w.receive("g", "t", batch=32)
+            assert len(messages_of(stream)) == len(right) + 2
 
     run(scenario)
 

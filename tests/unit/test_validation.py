@@ -6,6 +6,7 @@ import pickle
 import pytest
 
 from thrust._codec import validation as v
+from thrust._codec.digest import compute_digest
 from thrust._codec.status import Code
 from thrust._codec.validation import Invalid
 
@@ -231,6 +232,27 @@ def test_body() -> None:
     assert code_of(v.check_body, b"12345", 4) is Code.MESSAGE_BODY_TOO_LARGE
     assert v.check_body(b"x" * (v.MAX_BODY_SIZE + 1), 0) is None
     assert code_of(v.check_body, b"", 0) is Code.MESSAGE_BODY_EMPTY
+
+
+@pytest.mark.parametrize("kind", [1, 2, 3], ids=["CRC32", "MD5", "SHA1"])
+def test_body_digest_matches_in_either_case(kind: int) -> None:
+    """Catalogue B15: a producer's digest is checked against the body; hex case does not matter."""
+    body = b"payload"
+    good = compute_digest(kind, body)
+    assert v.check_body_digest(kind, good, body) is None
+    assert v.check_body_digest(kind, good.lower(), body) is None
+    assert v.check_body_digest(kind, good, memoryview(body)) is None
+    assert code_of(v.check_body_digest, kind, compute_digest(kind, b"other"), body) is Code.BAD_REQUEST
+    assert code_of(v.check_body_digest, kind, "", body) is Code.BAD_REQUEST
+    assert code_of(v.check_body_digest, kind, "not hex", body) is Code.BAD_REQUEST
+
+
+def test_body_digest_absent_or_unverifiable() -> None:
+    # The field left unset (type UNSPECIFIED, no checksum): nothing to check.
+    assert v.check_body_digest(0, "", b"x") is None
+    # A checksum whose type is unspecified or unknown cannot be verified: refused.
+    assert code_of(v.check_body_digest, 0, "ABCD", b"x") is Code.BAD_REQUEST
+    assert code_of(v.check_body_digest, 9, "ABCD", b"x") is Code.BAD_REQUEST
 
 
 @pytest.mark.parametrize(

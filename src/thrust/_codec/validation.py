@@ -18,6 +18,7 @@ import unicodedata
 from collections.abc import Iterable, Mapping
 from typing import Final
 
+from thrust._codec.digest import DigestType, verify_digest
 from thrust._codec.status import Code
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "TOPIC_MAX_LENGTH",
     "Invalid",
     "check_body",
+    "check_body_digest",
     "check_change_invisible_duration",
     "check_delivery_timestamp",
     "check_group",
@@ -402,6 +404,26 @@ def check_body(body: bytes | bytearray | memoryview, max_size: int = MAX_BODY_SI
         raise Invalid(Code.MESSAGE_BODY_EMPTY, "message body cannot be empty")
     if max_size > 0 and size > max_size:
         raise Invalid(Code.MESSAGE_BODY_TOO_LARGE, f"message body cannot exceed the max {max_size}")
+
+
+def check_body_digest(kind: int, checksum: str, body: bytes | bytearray | memoryview) -> None:
+    """thrust (catalogue B15, "on send: BAD_REQUEST 40000"): a producer's `SystemProperties.body_digest`
+    must match the body as sent (compressed, if GZIP-encoded), as a consumer verifies the digest it
+    receives (reference 1.4, `MessageViewImpl.fromProtobuf`). The upstream proxy never reads the producer's
+    digest; checking it keeps a body corrupted between the producer and the server out of the store.
+
+    `kind` is the `DigestType` number, `checksum` its string: uppercase hex in the protocol, compared
+    without regard to case (a CRC32 may carry leading zeros, see `digest.verify_digest`). No digest
+    (type UNSPECIFIED with an empty checksum, i.e. the field left unset) is not checked. A checksum with
+    an unspecified or unknown type cannot be verified and is refused too."""
+    if kind == 0 and not checksum:
+        return
+    try:
+        matches = verify_digest(DigestType(kind), body, checksum)
+    except ValueError:
+        raise Invalid(Code.BAD_REQUEST, f"unsupported body digest type {kind}") from None
+    if not matches:
+        raise Invalid(Code.BAD_REQUEST, f"body digest mismatch ({DigestType(kind).name})")
 
 
 def check_message_id(message_id: str) -> None:

@@ -40,6 +40,7 @@ from google.protobuf import message as pb_message
 from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message_factory import GetMessageClass
 
+from thrust._codec.digest import DigestType, compute_digest
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as d
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as s
 
@@ -455,7 +456,9 @@ class Fuzzer:
                 tag="fuzz",
                 keys=["key"],
                 message_id=self.message_id,
-                body_digest=d.Digest(type=d.CRC32, checksum="00000000"),
+                # A matching digest: the server refuses a wrong one (catalogue B15), and the seed should
+                # reach the store; mutations of the body or the checksum exercise the refusal.
+                body_digest=d.Digest(type=d.CRC32, checksum=compute_digest(DigestType.CRC32, b"fuzz body")),
                 body_encoding=d.IDENTITY,
                 message_type=d.NORMAL,
                 born_host="127.0.0.1",

@@ -13,7 +13,7 @@ from typing import Any, Final, cast
 
 from google.protobuf import duration_pb2, timestamp_pb2
 
-from thrust._codec.validation import check_send_message, check_transaction_recovery
+from thrust._codec.validation import check_body_digest, check_send_message, check_transaction_recovery
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as d
 from thrust.server.core.model import Delivery, InboundMessage, MessageType, StoredMessage, inbound
 
@@ -80,6 +80,10 @@ def inbound_message(message: d.Message, client_id: str, now: float) -> InboundMe
         delivery_timestamp=delivery_ts,
         now=now,
     )
+    if sp.HasField("body_digest"):
+        # Catalogue B15: a digest that does not match the body is refused (BAD_REQUEST), nothing stored;
+        # no digest, no check (thrust's producer sends none).
+        check_body_digest(sp.body_digest.type, sp.body_digest.checksum, message.body)
     recovery: float | None = None
     if sp.HasField("orphaned_transaction_recovery_duration"):
         recovery = duration_seconds(sp.orphaned_transaction_recovery_duration)
