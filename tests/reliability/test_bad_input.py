@@ -17,7 +17,7 @@ import pytest
 
 import thrust
 from tests.reliability._util import assert_report, body, drain, pid_of, run, send_recorded
-from tests.server._wire import Wire, message, messages_of
+from tests.server._wire import Wire, message, messages_of, status_of
 from thrust._codec.digest import DigestType, compute_digest
 from thrust._codec.status import Code
 from thrust.reliability.history import HistoryRecorder, check
@@ -139,33 +139,62 @@ def test_b4_unknown_topic_start_and_send_fail_fast_typed() -> None:
     run(scenario)
 
 
-_GROUP_BUG = (
-    "server and client accept this consumer group, the catalogue (B5, §1c: group <= 120 chars, system "
-    "groups such as DEFAULT_CONSUMER -> ILLEGAL_CONSUMER_GROUP 40003) asks to refuse it"
-)
-
-
 @pytest.mark.parametrize(
     "group",
-    [
-        "bad group!",
-        pytest.param("g" * 121, marks=pytest.mark.xfail(strict=True, reason=_GROUP_BUG)),
-        pytest.param("DEFAULT_CONSUMER", marks=pytest.mark.xfail(strict=True, reason=_GROUP_BUG)),
+    ["bad group!", "g" * 121, "DEFAULT_CONSUMER", "TOOLS_CONSUMER", "SELF_TEST_C_GROUP", "CID_RMQ_SYS_x"],
+    ids=[
+        "illegal-chars",
+        "121-chars",
+        "DEFAULT_CONSUMER",
+        "TOOLS_CONSUMER",
+        "SELF_TEST_C_GROUP",
+        "CID_RMQ_SYS",
     ],
-    ids=["illegal-chars", "121-chars", "DEFAULT_CONSUMER"],
 )
 def test_b5_bad_consumer_group_is_refused(group: str) -> None:
-    """B5: an invalid group is refused by the client (ValidationError) or at the latest by the server
-    (ILLEGAL_CONSUMER_GROUP) before any message is handed out."""
+    """B5 (catalogue §1c: a group of at most 120 characters, system groups such as DEFAULT_CONSUMER ->
+    ILLEGAL_CONSUMER_GROUP 40003): the client refuses the group with a ValidationError carrying 40003
+    before any RPC (simple and push consumer alike), and the server, reached with the client bypassed,
+    answers ReceiveMessage and QueryAssignment with 40003. Before the fix
+    the 121-character and reserved names were accepted by both."""
 
     async def scenario() -> None:
         async with embedded_server(topics=["t"]) as srv:
-            with pytest.raises(thrust.ThrustError) as info:
-                async with thrust.SimpleConsumer(
-                    endpoints=srv.endpoints[0], group=group, subscriptions={"t": "*"}, await_duration=1
-                ) as c:
-                    await c.receive(1, 30)
+            ep = srv.endpoints[0]
+            with pytest.raises(thrust.ValidationError) as info:
+                thrust.SimpleConsumer(endpoints=ep, group=group, subscriptions={"t": "*"}, await_duration=1)
             assert info.value.code == Code.ILLEGAL_CONSUMER_GROUP, info.value
+            with pytest.raises(thrust.ValidationError) as info:
+                thrust.PushConsumer(
+                    endpoints=ep, group=group, subscriptions={"t": "*"}, listener=lambda m: None
+                )
+            assert info.value.code == Code.ILLEGAL_CONSUMER_GROUP, info.value
+            assert sum(srv.stats.calls.values()) == 0, "a refused group reached the server"
+            async with Wire(ep) as w:
+                assert status_of(await w.receive(group, "t")).code == Code.ILLEGAL_CONSUMER_GROUP
+                assert (await w.assignment("t", group)).status.code == Code.ILLEGAL_CONSUMER_GROUP
+
+    run(scenario)
+
+
+def test_b5_longest_legal_group_is_accepted() -> None:
+    """B5 boundary: a 120-character group (the limit) is accepted by the client and the server."""
+
+    async def scenario() -> None:
+        group = "g" * 120
+        async with embedded_server(topics=["t"]) as srv:
+            ep = srv.endpoints[0]
+            async with Wire(ep) as w:
+                assert (await w.assignment("t", group)).status.code == Code.OK
+            async with (
+                thrust.Producer(endpoints=ep, topics=["t"]) as p,
+                thrust.SimpleConsumer(
+                    endpoints=ep, group=group, subscriptions={"t": "*"}, await_duration=1
+                ) as c,
+            ):
+                await p.send(M(topic="t", body=b"x"))
+                [m] = await c.receive(1, 30)
+                await c.ack(m)
 
     run(scenario)
 

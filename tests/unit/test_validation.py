@@ -112,12 +112,14 @@ def test_topic_messages_are_specific() -> None:
         v.check_topic("TBW102")
 
 
-@pytest.mark.parametrize("group", ["g", "GID-order_1", "a|b%c", "g" * 255])
+@pytest.mark.parametrize(
+    "group", ["g", "GID-order_1", "a|b%c", "g" * 120, "DEFAULT_CONSUMERS", "CID_ONSAPI_X"]
+)
 def test_group_ok(group: str) -> None:
     assert v.check_group(group) is None
 
 
-@pytest.mark.parametrize("group", ["", " ", "g" * 256, "g g", "g.x", "grüppe"])
+@pytest.mark.parametrize("group", ["", " ", "g" * 121, "g" * 256, "g g", "g.x", "grüppe"])
 def test_group_illegal(group: str) -> None:
     assert code_of(v.check_group, group) is Code.ILLEGAL_CONSUMER_GROUP
 
@@ -127,6 +129,34 @@ def test_system_group() -> None:
     assert code_of(v.check_group, "CID_RMQ_SYS_TRANS") is Code.ILLEGAL_CONSUMER_GROUP
     assert v.check_group("CID_RMQ_SYS_TRANS", allow_system=True) is None
     assert v.check_group("CID_RMQ_SY") is None
+
+
+@pytest.mark.parametrize(
+    "group",
+    [
+        "DEFAULT_CONSUMER",
+        "DEFAULT_PRODUCER",
+        "TOOLS_CONSUMER",
+        "SCHEDULE_CONSUMER",
+        "FILTERSRV_CONSUMER",
+        "__MONITOR_CONSUMER",
+        "CLIENT_INNER_PRODUCER",
+        "SELF_TEST_P_GROUP",
+        "SELF_TEST_C_GROUP",
+        "CID_ONS-HTTP-PROXY",
+        "CID_ONSAPI_PERMISSION",
+        "CID_ONSAPI_OWNER",
+        "CID_ONSAPI_PULL",
+        "CID_SYS_RMQ_TRANS",
+        "CID_RMQ_SYS_anything",
+        "CID_HOUSEKEEPING_x",
+    ],
+)
+def test_reserved_consumer_groups_refused(group: str) -> None:
+    """Catalogue B5 / §1c: system consumer groups -> ILLEGAL_CONSUMER_GROUP (40003)."""
+    assert v.is_system_group(group)
+    assert code_of(v.check_group, group) is Code.ILLEGAL_CONSUMER_GROUP
+    assert v.check_group(group, allow_system=True) is None
 
 
 # -- tag / keys / message group --------------------------------------------------------------------
@@ -413,4 +443,4 @@ def test_limits_match_the_proxy_defaults() -> None:
     assert v.MAX_INVISIBLE_SECONDS == 12 * 3600
     assert (v.MIN_POLLING_SECONDS, v.MAX_POLLING_SECONDS) == (5, 20)
     assert v.TOPIC_MAX_LENGTH == 127
-    assert v.GROUP_MAX_LENGTH == 255
+    assert v.GROUP_MAX_LENGTH == 120

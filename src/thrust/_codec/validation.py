@@ -36,7 +36,9 @@ __all__ = [
     "MIN_POLLING_SECONDS",
     "MIN_RECEIVE_INVISIBLE_SECONDS",
     "RESERVED_PROPERTY_KEYS",
+    "SYSTEM_GROUPS",
     "SYSTEM_GROUP_PREFIX",
+    "SYSTEM_GROUP_PREFIXES",
     "SYSTEM_TOPICS",
     "SYSTEM_TOPIC_PREFIX",
     "TOPIC_MAX_LENGTH",
@@ -85,8 +87,11 @@ class Invalid(ValueError):
 TOPIC_MAX_LENGTH: Final = 127
 """`Validators.TOPIC_MAX_LENGTH` (characters)."""
 
-GROUP_MAX_LENGTH: Final = 255
-"""`Validators.CHARACTER_MAX_LENGTH`, used by `Validators.checkGroup` (characters)."""
+GROUP_MAX_LENGTH: Final = 120
+"""Consumer group names are at most 120 characters (catalogue §1c and B5). apache/rocketmq PR #9563
+("Limit group max length to 120", 2025) lowered it from `Validators.CHARACTER_MAX_LENGTH` (255) because a
+group becomes part of a topic name (`%RETRY%<group>`), and topics are at most 127 characters. Proxies
+older than that change accept up to 255."""
 
 SYSTEM_TOPIC_PREFIX: Final = "rmq_sys_"
 """`TopicValidator.SYSTEM_TOPIC_PREFIX`: every topic starting with it is a system topic."""
@@ -114,7 +119,37 @@ SYSTEM_TOPICS: Final = frozenset(
 )
 
 SYSTEM_GROUP_PREFIX: Final = "CID_RMQ_SYS_"
-"""`MixAll.CID_RMQ_SYS_PREFIX`: `MixAll.isSysConsumerGroup`."""
+"""`MixAll.CID_RMQ_SYS_PREFIX`: `MixAll.isSysConsumerGroup`, the one the proxy's
+`GrpcValidator.validateConsumerGroup` refuses."""
+
+SYSTEM_GROUP_PREFIXES: Final = (SYSTEM_GROUP_PREFIX, "CID_HOUSEKEEPING")
+"""Prefixes reserved for system consumer groups: `CID_RMQ_SYS_`, plus `CID_HOUSEKEEPING` from the
+RocketMQ documentation's parameter limits (rocketmq.apache.org "Parameter Constraints and Suggestions")."""
+
+SYSTEM_GROUPS: Final = frozenset(
+    {
+        # The reserved ConsumerGroup names of the RocketMQ documentation's parameter limits
+        # ("Parameter Constraints and Suggestions"), which are `MixAll.PREDEFINE_GROUP_SET`: the broker's
+        # own consumer groups, and the producer group names, which may not name a consumer group either.
+        "DEFAULT_CONSUMER",
+        "DEFAULT_PRODUCER",
+        "TOOLS_CONSUMER",
+        "SCHEDULE_CONSUMER",
+        "FILTERSRV_CONSUMER",
+        "__MONITOR_CONSUMER",
+        "CLIENT_INNER_PRODUCER",
+        "SELF_TEST_P_GROUP",
+        "SELF_TEST_C_GROUP",
+        "CID_ONS-HTTP-PROXY",
+        "CID_ONSAPI_PERMISSION",
+        "CID_ONSAPI_OWNER",
+        "CID_ONSAPI_PULL",
+        "CID_SYS_RMQ_TRANS",
+    }
+)
+"""thrust: system consumer group names refused with ILLEGAL_CONSUMER_GROUP (catalogue §1c and B5: "system
+groups (e.g. `DEFAULT_CONSUMER`) → ILLEGAL_CONSUMER_GROUP"; the e2e suite expects consumption with
+`DEFAULT_CONSUMER` to fail). The proxy itself refuses only the `CID_RMQ_SYS_` prefix."""
 
 MAX_BODY_SIZE: Final = 4 * 1024 * 1024
 """`ProxyConfig.maxMessageSize`: the body as sent (compressed, if GZIP-encoded)."""
@@ -255,8 +290,9 @@ def is_system_topic(topic: str) -> bool:
 
 
 def is_system_group(group: str) -> bool:
-    """`MixAll.isSysConsumerGroup`."""
-    return group.startswith(SYSTEM_GROUP_PREFIX)
+    """`MixAll.isSysConsumerGroup` (the `CID_RMQ_SYS_` prefix), plus the reserved names and prefixes of
+    `SYSTEM_GROUPS` / `SYSTEM_GROUP_PREFIXES`."""
+    return group in SYSTEM_GROUPS or group.startswith(SYSTEM_GROUP_PREFIXES)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -283,8 +319,9 @@ def check_topic(topic: str, *, allow_system: bool = False) -> None:
 
 
 def check_group(group: str, *, allow_system: bool = False) -> None:
-    """`GrpcValidator.validateConsumerGroup`: `Validators.checkGroup` (not blank, at most 255 characters
-    of `[%|a-zA-Z0-9_-]`), then no `CID_RMQ_SYS_` group unless `allow_system`."""
+    """`GrpcValidator.validateConsumerGroup`: `Validators.checkGroup` (not blank, at most
+    `GROUP_MAX_LENGTH` = 120 characters of `[%|a-zA-Z0-9_-]`), then no system group (`is_system_group`)
+    unless `allow_system`. Catalogue B5: every refusal is ILLEGAL_CONSUMER_GROUP (40003)."""
     if is_blank(group):
         raise Invalid(Code.ILLEGAL_CONSUMER_GROUP, "consumer group name cannot be blank")
     if len(group) > GROUP_MAX_LENGTH:
