@@ -486,7 +486,9 @@ def check_delivery_timestamp(
     delivery_timestamp: float, now: float, max_delay: float = MAX_DELAY_SECONDS
 ) -> None:
     """`SendMessageActivity.validateDelayTime`: `delivery_timestamp` (epoch seconds) may be at most
-    `max_delay` seconds after `now` (epoch seconds). Past timestamps are accepted (delivered at once)."""
+    `max_delay` seconds after `now` (epoch seconds). Past timestamps are accepted (delivered at once), as
+    by the proxy; the catalogue's B10 row asks to refuse them, but real clusters are the reference
+    (tests/reliability/test_bad_input.py::test_b10_past_delivery_time_is_delivered_at_once_...)."""
     if not math.isfinite(delivery_timestamp):
         raise Invalid(Code.ILLEGAL_DELIVERY_TIME, "delivery timestamp is not a finite number")
     if max_delay > 0 and delivery_timestamp - now > max_delay:
