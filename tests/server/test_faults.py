@@ -12,7 +12,7 @@ from tests.server._wire import Wire, handles, message, run
 from thrust._codec.status import Code
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as d
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as s
-from thrust.server.faults import Faults, Rpc, apply_fault_flag
+from thrust.server.faults import RECENT_RECEIVES, Faults, Rpc, apply_fault_flag
 from thrust.testing import embedded_server
 
 
@@ -183,3 +183,93 @@ def test_dropped_telemetry_never_answers_settings() -> None:
             assert reply.status.code == Code.OK
 
     run(scenario())
+
+
+def test_delay_fraction_is_seeded_bounded_and_per_rpc() -> None:
+    """Catalogue F3's hook: a seeded fraction of the calls of one RPC gets a random delay in [low, high]."""
+
+    def latencies(seed: int) -> list[float]:
+        faults = Faults(seed=seed)
+        faults.delay_fraction(Rpc.SEND_MESSAGE, 0.25, 2.0, 5.0)
+        out = []
+        for _ in range(400):
+            action = faults.on_call("SendMessage", 0)
+            out.append(action.latency if action is not None else 0.0)
+            assert action is None or (action.code is None and not action.drop)
+        assert faults.on_call("AckMessage", 0) is None  # other RPCs untouched
+        assert faults.stats.delayed["SendMessage"] == sum(1 for x in out if x > 0)
+        return out
+
+    first = latencies(7)
+    assert first == latencies(7)  # reproducible
+    delayed = [x for x in first if x > 0]
+    assert 60 <= len(delayed) <= 140  # ~25 % of 400
+    assert all(2.0 <= x <= 5.0 for x in delayed)
+    assert max(delayed) - min(delayed) > 2.0  # spread over the range, not a fixed latency
+
+
+def test_delay_fraction_adds_to_latency_per_broker_and_is_removable() -> None:
+    faults = Faults()
+    faults.add_latency(Rpc.RECEIVE_MESSAGE, 0.5)
+    faults.delay_fraction(Rpc.RECEIVE_MESSAGE, 1.0, 1.0, 1.0, broker=1)
+    on_0 = faults.on_call("ReceiveMessage", 0)
+    on_1 = faults.on_call("ReceiveMessage", 1)
+    assert on_0 is not None and on_0.latency == 0.5
+    assert on_1 is not None and on_1.latency == 1.5
+    faults.delay_fraction(Rpc.RECEIVE_MESSAGE, 0.0, 1.0, broker=1)  # removed
+    on_1 = faults.on_call("ReceiveMessage", 1)
+    assert on_1 is not None and on_1.latency == 0.5
+    faults.delay_fraction(Rpc.RECEIVE_MESSAGE, 1.0, 1.0)
+    faults.clear()
+    assert not faults.active and faults.on_call("ReceiveMessage", 1) is None
+    for bad in [(1.5, 1.0, 2.0), (0.1, 3.0, 2.0), (0.1, -1.0, 1.0), (0.1, 1.0, float("inf"))]:
+        with pytest.raises(ValueError):
+            faults.delay_fraction(Rpc.SEND_MESSAGE, *bad)
+
+
+def test_delay_fraction_over_grpc_and_as_a_flag() -> None:
+    faults = Faults()
+    apply_fault_flag(faults, "delay-fraction", "SendMessage:1:0.2:0.3")
+    with pytest.raises(ValueError):
+        apply_fault_flag(faults, "delay-fraction", "SendMessage:0.1:2")
+
+    async def scenario() -> None:
+        async with embedded_server(topics=["t"], faults=faults) as srv, Wire(srv.endpoints[0]) as w:
+            started = time.monotonic()
+            await w.send_ok("t")
+            assert 0.2 <= time.monotonic() - started < 2.0
+            assert srv.stats.delayed["SendMessage"] == 1
+
+    run(scenario())
+    broker_only = Faults()
+    apply_fault_flag(broker_only, "delay-fraction", "ack_message:1:1:1:2")
+    assert broker_only.on_call("AckMessage", 0) is None
+    action = broker_only.on_call("AckMessage", 2)
+    assert action is not None and action.latency == 1.0
+
+
+def test_receive_attempt_ids_are_recorded_bounded() -> None:
+    """Catalogue F14 needs to see the attempt id of each ReceiveMessage, hung or not."""
+
+    async def scenario() -> None:
+        async with embedded_server(topics=["t"], groups=["g"]) as srv, Wire(srv.endpoints[0]) as w:
+            srv.faults.fail_next(Rpc.RECEIVE_MESSAGE, Code.INTERNAL_SERVER_ERROR)
+            await w.receive("g", "t", attempt_id="attempt-1")  # answered with the injected failure
+            await w.send_ok("t")  # so that the retry returns at once
+            await w.receive("g", "t", attempt_id="attempt-1", polling=5)
+            await w.receive("nope!", "t", polling=5)  # invalid group: still recorded
+            assert [(r.group, r.topic, r.attempt_id) for r in srv.stats.receives] == [
+                ("g", "t", "attempt-1"),
+                ("g", "t", "attempt-1"),
+                ("nope!", "t", None),
+            ]
+            assert srv.stats.receives[0].broker == 0
+            srv.stats.reset()
+            assert not srv.stats.receives
+
+    run(scenario())
+    stats = Faults().stats
+    for i in range(RECENT_RECEIVES + 10):
+        stats.record_receive(0, "g", "t", str(i))
+    assert len(stats.receives) == RECENT_RECEIVES
+    assert stats.receives[0].attempt_id == "10"

@@ -39,6 +39,8 @@ topics (SyncLiteSubscription) answer NOT_IMPLEMENTED.
 _FAULTS_HELP = """\
 fault flags (repeatable; RPC is a method name such as SendMessage, CODE a status name or number):
   --fault-latency RPC:SECONDS[:BROKER]      add latency to every call of RPC
+  --fault-delay-fraction RPC:FRACTION:LOW:HIGH[:BROKER]
+                                            delay a fraction of the calls of RPC by LOW..HIGH s
   --fault-fail RPC:CODE[:COUNT]             answer the next COUNT calls of RPC with CODE
   --fault-fail-fraction RPC:CODE:FRACTION   answer a fraction of the calls of RPC with CODE
   --fault-drop RPC[:COUNT]                  handle but never answer the next COUNT calls
@@ -49,7 +51,16 @@ fault flags (repeatable; RPC is a method name such as SendMessage, CODE a status
   --fault-seed N                            seed of the random fractions (default 0)
 """
 
-_FAULT_KINDS = ("latency", "fail", "fail-fraction", "drop", "settings-delay", "ack-entry", "assignment")
+_FAULT_KINDS = (
+    "latency",
+    "delay-fraction",
+    "fail",
+    "fail-fraction",
+    "drop",
+    "settings-delay",
+    "ack-entry",
+    "assignment",
+)
 
 logger = logging.getLogger("thrust.server")
 

@@ -10,29 +10,34 @@ run is reproducible.
     faults.fail_next(Rpc.ACK_MESSAGE, Code.TOO_MANY_REQUESTS, 3)  # the next 3 AckMessage calls
     faults.fail_fraction(Rpc.RECEIVE_MESSAGE, Code.INTERNAL_SERVER_ERROR, 0.1)
     faults.drop_next(Rpc.SEND_MESSAGE)                         # stored, but never answered
+    faults.delay_fraction(Rpc.SEND_MESSAGE, 0.1, 2.0, 5.0)     # 10 % of SendMessage 2-5 s slower
     faults.delay_settings(2.0, broker=1)                       # Telemetry settings reply on broker 1
     faults.expire_messages("01AB...")                          # its handles -> INVALID_RECEIPT_HANDLE
     faults.fail_ack_entries(first_attempts=1)                  # each message's first ack entry fails
     faults.set_assignment("t", "g", [(1, 0)])                  # QueryAssignment: broker 1's queue 0 only
 
 `Stats` counts calls per RPC and entries (Ack entries, sent messages, delivered messages), so tests can
-assert which calls a client made.
+assert which calls a client made, and keeps the last `RECENT_RECEIVES` ReceiveMessage calls (group, topic,
+`attempt_id`), so a test can see whether a client reused an attempt id on a retry.
 """
 
 from __future__ import annotations
 
+import math
 import random
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Final
+from typing import Final, NamedTuple
 
 from thrust._codec.status import Code
 
 __all__ = [
+    "RECENT_RECEIVES",
     "Action",
     "Faults",
+    "ReceiveCall",
     "Rpc",
     "Stats",
     "apply_fault_flag",
@@ -93,6 +98,31 @@ class _Rule:
 
 
 @dataclass(slots=True)
+class _Delay:
+    fraction: float
+    low: float
+    high: float
+    broker: int | None
+
+
+RECENT_RECEIVES: Final = 1024
+"""How many ReceiveMessage calls `Stats.receives` remembers (the oldest are forgotten first)."""
+
+
+class ReceiveCall(NamedTuple):
+    """One ReceiveMessage call as it arrived (before any fault or validation)."""
+
+    broker: int
+    group: str
+    topic: str
+    attempt_id: str | None  # None: the request left `attempt_id` unset
+
+
+def _recent_receives() -> deque[ReceiveCall]:
+    return deque(maxlen=RECENT_RECEIVES)
+
+
+@dataclass(slots=True)
 class Stats:
     """Counters of what clients asked for.
 
@@ -104,19 +134,30 @@ class Stats:
             messages delivered, `"ChangeInvisibleDuration"` / `"ForwardMessageToDeadLetterQueue"` calls
             that succeeded.
         injected: injected faults per RPC name.
+        delayed: calls per RPC name that `Faults.delay_fraction` delayed.
+        receives: the last `RECENT_RECEIVES` ReceiveMessage calls, oldest first, with their `attempt_id`
+            (catalogue F14: a retried receive should reuse the attempt id of the one that failed).
     """
 
     calls: Counter[str] = field(default_factory=Counter)
     broker_calls: Counter[tuple[int, str]] = field(default_factory=Counter)
     entries: Counter[str] = field(default_factory=Counter)
     injected: Counter[str] = field(default_factory=Counter)
+    delayed: Counter[str] = field(default_factory=Counter)
+    receives: deque[ReceiveCall] = field(default_factory=_recent_receives)
+
+    def record_receive(self, broker: int, group: str, topic: str, attempt_id: str | None) -> None:
+        """Remember one ReceiveMessage call (bounded: the oldest beyond `RECENT_RECEIVES` is dropped)."""
+        self.receives.append(ReceiveCall(broker, group, topic, attempt_id))
 
     def reset(self) -> None:
-        """Zero every counter."""
+        """Zero every counter and forget the recorded receives."""
         self.calls.clear()
         self.broker_calls.clear()
         self.entries.clear()
         self.injected.clear()
+        self.delayed.clear()
+        self.receives.clear()
 
 
 _ACK_ATTEMPTS_LIMIT: Final = 1 << 20  # bound on remembered per-message ack attempts
@@ -129,6 +170,7 @@ class Faults:
     def __init__(self, seed: int | None = 0) -> None:
         self._rng = random.Random(seed)
         self._latency: dict[tuple[str, int | None], float] = {}
+        self._delays: dict[str, list[_Delay]] = {}
         self._rules: dict[str, list[_Rule]] = {}
         self._settings_delay: dict[int | None, float] = {}
         self._expired_handles: set[str] = set()
@@ -152,6 +194,36 @@ class Faults:
             self._latency[key] = float(seconds)
         else:
             self._latency.pop(key, None)
+        self._refresh()
+
+    def delay_fraction(
+        self,
+        rpc: Rpc | str,
+        fraction: float,
+        low: float,
+        high: float | None = None,
+        *,
+        broker: int | None = None,
+    ) -> None:
+        """Delay a `fraction` (0..1) of the calls of `rpc` (on `broker`, or every broker) by a duration drawn
+        uniformly from [`low`, `high`] seconds (`high` defaults to `low`), on top of any `add_latency`. Both
+        draws use the seeded RNG, so a run is reproducible for a given call order. Catalogue F3's "hook
+        adding 2-5 s delay to 10 % of calls": a slow broker, not a dead one (a call slower than the
+        client's deadline is cancelled before it is handled). A fraction of 0 removes the delays of `rpc`
+        on `broker`."""
+        high = low if high is None else high
+        if not 0.0 <= fraction <= 1.0:
+            raise ValueError(f"fraction must be within [0, 1], got {fraction}")
+        if not (math.isfinite(low) and math.isfinite(high) and 0.0 <= low <= high):
+            raise ValueError(f"need 0 <= low <= high (finite seconds), got [{low}, {high}]")
+        name = str(Rpc(rpc))
+        kept = [d for d in self._delays.get(name, ()) if d.broker != broker]
+        if fraction > 0 and high > 0:
+            kept.append(_Delay(fraction, float(low), float(high), broker))
+        if kept:
+            self._delays[name] = kept
+        else:
+            self._delays.pop(name, None)
         self._refresh()
 
     def fail_next(
@@ -257,6 +329,7 @@ class Faults:
         """Remove every fault and assignment override (the counters are kept; see `stats.reset()`)."""
         self._assignments.clear()
         self._latency.clear()
+        self._delays.clear()
         self._rules.clear()
         self._settings_delay.clear()
         self._expired_handles.clear()
@@ -274,6 +347,7 @@ class Faults:
     def _refresh(self) -> None:
         self._active = bool(
             self._latency
+            or self._delays
             or self._rules
             or self._expired_handles
             or self._expired_messages
@@ -297,6 +371,14 @@ class Faults:
         if not self._active:
             return None
         latency = self._latency.get((rpc, broker), 0.0) or self._latency.get((rpc, None), 0.0)
+        delays = self._delays.get(rpc)
+        if delays:
+            for delay in delays:
+                if delay.broker is not None and delay.broker != broker:
+                    continue
+                if self._rng.random() < delay.fraction:
+                    latency += self._rng.uniform(delay.low, delay.high)
+                    stats.delayed[rpc] += 1
         rules = self._rules.get(rpc)
         if rules:
             for rule in rules:
@@ -386,6 +468,7 @@ def apply_fault_flag(faults: Faults, kind: str, spec: str) -> None:
     Kinds and formats (`RPC` is a method name like `SendMessage`, `CODE` a status name or number):
 
     - `latency`: `RPC:SECONDS[:BROKER]`
+    - `delay-fraction`: `RPC:FRACTION:LOW:HIGH[:BROKER]` (a FRACTION of the calls, LOW..HIGH seconds)
     - `fail`: `RPC:CODE[:COUNT]` (the next COUNT calls, default 1)
     - `fail-fraction`: `RPC:CODE:FRACTION`
     - `drop`: `RPC[:COUNT]`
@@ -399,6 +482,11 @@ def apply_fault_flag(faults: Faults, kind: str, spec: str) -> None:
         if kind == "latency" and len(parts) in (2, 3):
             broker = int(parts[2]) if len(parts) == 3 else None
             faults.add_latency(parse_rpc(parts[0]), float(parts[1]), broker=broker)
+        elif kind == "delay-fraction" and len(parts) in (4, 5):
+            broker = int(parts[4]) if len(parts) == 5 else None
+            faults.delay_fraction(
+                parse_rpc(parts[0]), float(parts[1]), float(parts[2]), float(parts[3]), broker=broker
+            )
         elif kind == "fail" and len(parts) in (2, 3):
             count = int(parts[2]) if len(parts) == 3 else 1
             faults.fail_next(parse_rpc(parts[0]), parse_code(parts[1]), count)

@@ -482,6 +482,13 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
         if _undecodable(request):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "request cannot be decoded")
         action = self._faults.on_call(Rpc.RECEIVE_MESSAGE, self._index)
+        # Bounded record of attempt ids, so tests can check a client's retry reuses one (catalogue F14).
+        self._faults.stats.record_receive(
+            self._index,
+            request.group.name,
+            request.message_queue.topic.name,
+            request.attempt_id if request.HasField("attempt_id") else None,
+        )
         status: d.Status | None = None
         deliveries: list[Delivery] = []
         if action is not None:
