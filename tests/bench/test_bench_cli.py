@@ -54,11 +54,15 @@ def _check_rows(proc: subprocess.CompletedProcess[str], data: dict, ids: list[st
 
 
 def test_bench_thrust_consume_scenarios_short(tmp_path: Path) -> None:
-    ids = ["ceiling", "1", "2", "2'", "4", "5b", "7"]
+    ids = ["ceiling", "server", "1", "2", "2'", "4", "5b", "7"]
     proc, data = _bench(
         tmp_path, "--scenarios", ",".join(ids), "--duration", "1", "--warmup", "0.2", timeout=55
     )
     medians = _check_rows(proc, data, ids)
+    assert medians["ceiling"]["server_us"] > 0
+    server = medians["server"]  # the server's own send ceiling, 1 and 32 messages per call
+    assert server["send1_per_s"] > 0 and server["send32_per_s"] > 0
+    assert server["send1_server_us"] > 0 and server["send32_server_us"] > 0
     assert medians["1"]["consumed_per_s"] > 0 and medians["1"]["acked_per_s"] > 0
     assert medians["4"]["invalid_attempts"] >= 4  # each invalid handle was tried at least once
     assert math.isfinite(medians["4"]["valid_acks_done_s"])  # all 396 valid acks went through
@@ -75,6 +79,7 @@ def test_bench_thrust_slow_broker_and_assignment_move_short(tmp_path: Path) -> N
     sc3 = medians["3"]
     assert sc3["healthy_sends"] > 0 and sc3["baseline_sends"] > 0
     assert sc3["slow_send_s"] >= 2.5  # the new broker's settings reply really was held ~3 s
+    assert sc3["control_vs_baseline"] > 0 and sc3["sends_vs_around"] > 0  # the control window ran
     sc5a = medians["5a"]
     assert math.isfinite(sc5a["first_receive_ms"]) and sc5a["first_receive_ms"] >= 0
     assert sc5a["move_to_receive_ms"] >= sc5a["first_receive_ms"]

@@ -127,9 +127,10 @@ def e2e(cfg):
 
 def sends(cfg):
     """Scenario 3: `senders` threads call `Producer.send` on topic `healthy` back to back; after
-    `warmup` s a 3 s baseline window, then one send to topic `slow` (a new broker whose settings reply
-    is held) and another `slow_window` s. Emits every healthy send as [completion, latency] (monotonic
-    seconds of this process) with the window starts."""
+        `warmup` s a 3 s baseline window, then one send to topic `slow` (a new broker whose settings reply
+        is held) and another `slow_window` s, then a control window of `slow_window` s once the slow send is
+    over. Emits every healthy send as [completion, latency] (monotonic
+        seconds of this process) with the window starts."""
     from rocketmq import ClientConfiguration, Credentials, Message, Producer
 
     handler = logging.StreamHandler(sys.stderr)
@@ -183,10 +184,19 @@ def sends(cfg):
     slow.start()
     time.sleep(window)
     slow.join(30.0)
+    after0 = time.monotonic()  # control window: nothing slow pending
+    time.sleep(window)
     stop.set()
     with lock:
         pairs = list(done)
-    emit("sends_result", done=pairs, base0=base0, slow0=slow0, slow_s=slow_took[0] if slow_took else None)
+    emit(
+        "sends_result",
+        done=pairs,
+        base0=base0,
+        slow0=slow0,
+        after0=after0,
+        slow_s=slow_took[0] if slow_took else None,
+    )
     os._exit(0)
 
 

@@ -410,10 +410,13 @@ def _sc3_server() -> ControlServer:
 
 
 def _sc3_metrics(
-    done: list[tuple[float, float]], base0: float, slow0: float, slow_s: float
+    done: list[tuple[float, float]], base0: float, slow0: float, slow_s: float, after0: float | None = None
 ) -> dict[str, float]:
     """From (completion time, latency s) of every healthy send: the sends completed within the 3 s
-    before the slow send (baseline) and within the 3 s after it, and the p99 latency of each."""
+    before the slow send (baseline) and within the 3 s after it, and the p99 latency of each. With
+    `after0`, also a control window: 3 s starting once the slow send is over, nothing slow pending. Its
+    ratio to the baseline is the run-to-run noise of two plain windows; the slow window against the mean
+    of the windows before and after it cancels a load that drifts steadily during the run."""
     base = [lat * 1000.0 for end, lat in done if base0 <= end < base0 + _SC3_SLOW]
     during = [lat * 1000.0 for end, lat in done if slow0 <= end < slow0 + _SC3_SLOW]
     out = {
@@ -425,6 +428,10 @@ def _sc3_metrics(
     }
     out["sends_vs_baseline"] = out["healthy_sends"] / max(1.0, out["baseline_sends"])
     out["p99_vs_baseline"] = out["healthy_p99_ms"] / out["baseline_p99_ms"] if base else float("nan")
+    if after0 is not None:
+        after = sum(1 for end, _lat in done if after0 <= end < after0 + _SC3_SLOW)
+        out["control_vs_baseline"] = after / max(1.0, out["baseline_sends"])
+        out["sends_vs_around"] = out["healthy_sends"] / max(1.0, (out["baseline_sends"] + after) / 2.0)
     return out
 
 
@@ -462,10 +469,12 @@ async def _sc3_thrust(ctx: Context) -> dict[str, float]:
                 slow = asyncio.create_task(slow_send())
                 await asyncio.sleep(_SC3_SLOW)
                 slow_s = await asyncio.wait_for(slow, 30)
+                after0 = time.monotonic()  # the control window: nothing slow is pending any more
+                await asyncio.sleep(_SC3_SLOW)
             finally:
                 stop.set()
                 await asyncio.gather(*senders, return_exceptions=True)
-    return _sc3_metrics(done, base0, slow0, slow_s)
+    return _sc3_metrics(done, base0, slow0, slow_s, after0)
 
 
 @contextlib.contextmanager
@@ -514,8 +523,13 @@ def _sc3_official_sync(ctx: Context) -> dict[str, float]:
             result = _next_event(proc, "sends_result")
     slow_s = result["slow_s"]
     done = [(float(end), float(lat)) for end, lat in result["done"]]
+    after0 = result.get("after0")
     return _sc3_metrics(
-        done, result["base0"], result["slow0"], float("inf") if slow_s is None else float(slow_s)
+        done,
+        result["base0"],
+        result["slow0"],
+        float("inf") if slow_s is None else float(slow_s),
+        None if after0 is None else float(after0),
     )
 
 
@@ -749,11 +763,83 @@ async def _raw_grpc(ctx: Context) -> dict[str, float]:
         await asyncio.gather(*tasks, return_exceptions=True)
         await channel.close(None)
     seconds = t1 - t0
+    us = (cpu1 - cpu0) / max(1, n1 - n0) * 1e6
     return {
         "consumed_per_s": (n1 - n0) / seconds,
         "server_cpu_pct": (cpu1 - cpu0) / seconds * 100.0,
         "client_cpu_pct": (self1 - self0) / seconds * 100.0,
+        "server_us": us,
+        "core_per_s": 1e6 / us if us > 0 else float("inf"),
     }
+
+
+async def _raw_send(ctx: Context) -> dict[str, float]:
+    """The embedded server's own ceiling on the send path: 16 bare grpc.aio loops calling SendMessage
+    (no client library), first with 1 message per call, then with 32, each for half the window; the
+    server's CPU seconds come from its own process. "One server core" is 1 s / (server CPU per message):
+    what the server could take if it had a whole core to itself, whatever the client costs."""
+    import grpc
+
+    from thrust._codec.ids import new_message_id
+    from thrust._proto.apache.rocketmq.v2 import definition_pb2 as pb
+    from thrust._proto.apache.rocketmq.v2 import service_pb2 as spb
+    from thrust._proto.apache.rocketmq.v2 import service_pb2_grpc as rpc
+
+    topic = "raw"
+    loops = 16
+    window = max(1.0, ctx.duration / 2.0)
+    out: dict[str, float] = {}
+    spec = {"brokers": 1, "topics": [f"{topic}:4"], "groups": [GROUP], "faults": []}
+    with ControlServer(spec) as server:
+        channel = grpc.aio.insecure_channel(server.endpoints[0])
+        stub = rpc.MessagingServiceStub(channel)
+        metadata = (("x-mq-client-id", f"raw-send@{os.getpid()}"), ("x-mq-language", "PYTHON"))
+        template = pb.Message(topic=pb.Resource(name=topic), body=b"x" * 64)
+        template.system_properties.born_host = "bench"
+        template.system_properties.message_type = pb.NORMAL
+        template.system_properties.body_encoding = pb.IDENTITY
+        sent = 0
+        failed = 0
+
+        async def loop(per_call: int, stop: asyncio.Event) -> None:
+            nonlocal sent, failed
+            while not stop.is_set():
+                request = spb.SendMessageRequest()
+                for _ in range(per_call):
+                    m = request.messages.add()
+                    m.CopyFrom(template)
+                    m.system_properties.message_id = new_message_id()
+                    m.system_properties.born_timestamp.GetCurrentTime()
+                answer = await stub.SendMessage(request, metadata=metadata, timeout=10)
+                if answer.status.code == pb.OK:
+                    sent += per_call
+                else:
+                    failed += per_call
+
+        for per_call in (1, 32):
+            stop = asyncio.Event()
+            tasks = [asyncio.create_task(loop(per_call, stop)) for _ in range(loops)]
+            await asyncio.sleep(min(1.0, ctx.warmup + 0.2))
+            n0, cpu0, t0 = sent, server.command("cpu")["cpu"], time.monotonic()
+            self0 = time.process_time()
+            await asyncio.sleep(window)
+            n1, cpu1, t1 = sent, server.command("cpu")["cpu"], time.monotonic()
+            self1 = time.process_time()
+            stop.set()
+            await asyncio.gather(*tasks)
+            seconds = t1 - t0
+            messages = max(1, n1 - n0)
+            us = (cpu1 - cpu0) / messages * 1e6
+            key = f"send{per_call}"
+            out[f"{key}_per_s"] = (n1 - n0) / seconds
+            out[f"{key}_server_cpu_pct"] = (cpu1 - cpu0) / seconds * 100.0
+            out[f"{key}_client_cpu_pct"] = (self1 - self0) / seconds * 100.0
+            out[f"{key}_server_us"] = us
+            out[f"{key}_core_per_s"] = 1e6 / us if us > 0 else float("inf")
+        await channel.close(None)
+    if failed:
+        raise RuntimeError(f"{failed} raw sends were refused by the server")
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -784,8 +870,28 @@ SCENARIOS: dict[str, Scenario] = {
                 Row("consumed_per_s", "msg/s"),
                 Row("server_cpu_pct", "server CPU % (of one core)"),
                 Row("client_cpu_pct", "client CPU % (of one core)"),
+                Row("server_us", "server CPU per consumed message (µs)", False, 1),
+                Row("core_per_s", "the server with one core to itself: msg/s (1 s / CPU per message)"),
             ),
             _raw_grpc,
+            "the raw gRPC client is the same for both columns",
+        ),
+        Scenario(
+            "server",
+            "the embedded server's own send ceiling: bare grpc.aio SendMessage, 16 calls in flight, 1 broker",
+            (
+                Row("send1_per_s", "1 message per SendMessage: msg/s"),
+                Row("send1_server_cpu_pct", "1 per call: server CPU % (of one core)"),
+                Row("send1_client_cpu_pct", "1 per call: raw client CPU % (of one core)"),
+                Row("send1_server_us", "1 per call: server CPU per message (µs)", False, 1),
+                Row("send1_core_per_s", "1 per call: the server with one core to itself, msg/s"),
+                Row("send32_per_s", "32 messages per SendMessage: msg/s"),
+                Row("send32_server_cpu_pct", "32 per call: server CPU % (of one core)"),
+                Row("send32_client_cpu_pct", "32 per call: raw client CPU % (of one core)"),
+                Row("send32_server_us", "32 per call: server CPU per message (µs)", False, 1),
+                Row("send32_core_per_s", "32 per call: the server with one core to itself, msg/s"),
+            ),
+            _raw_send,
             "the raw gRPC client is the same for both columns",
         ),
         Scenario(
@@ -823,6 +929,13 @@ SCENARIOS: dict[str, Scenario] = {
                 Row("sends_vs_baseline", "healthy sends / baseline (target >= 0.95)", True, 2),
                 Row("p99_vs_baseline", "healthy p99 / baseline p99 (target <= 2)", False, 2),
                 Row("slow_send_s", "the send to the new broker took (s)", False, 2),
+                Row(
+                    "control_vs_baseline",
+                    "control: healthy sends in 3 s after the slow send is over / baseline (noise)",
+                    True,
+                    2,
+                ),
+                Row("sends_vs_around", "healthy sends / mean of the windows before and after", True, 2),
             ),
             _sc3_thrust,
             _sc3_official,

@@ -32,7 +32,7 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--scenarios",
         default="all",
-        help="comma-separated ids (ceiling,1,2,2',3,4,5a,5b,6,7a,7b; '7' means 7a,7b), default all",
+        help="comma-separated ids (ceiling,server,1,2,2',3,4,5a,5b,6,7a,7b; '7' means 7a,7b), default all",
     )
     p.add_argument("--repeat", type=int, default=3, help="runs per cell; the median is shown (default 3)")
     p.add_argument("--client", choices=("thrust", "official", "both"), default="thrust")
