@@ -118,3 +118,54 @@ def test_recorder_lines_and_summary() -> None:
     lines = format_summary(summary)
     assert "4 records sent" in lines[0] and "99.999pct" in lines[1]
     json.dumps(summary.to_json())
+
+
+def test_perf_e2e_with_producer_batching_adds_up(tmp_path: Path) -> None:
+    out_json = tmp_path / "perf.json"
+    proc = subprocess.run(
+        _thrust(
+            "perf", "e2e", "--count", "640", "--interval", "1", "--warmup", "0", "--rate", "2000",
+            "--size", "64", "--queues", "2", "--batch-max-messages", "16", "--batch-max-delay-ms", "5",
+            "--json", str(out_json),
+        ),
+        capture_output=True, text=True, timeout=50, env=_env(), check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(out_json.read_text())
+    assert data["options"]["batch_max_messages"] == 16
+    assert data["produce"]["total"] == 640 and data["produce"]["errors"] == 0
+    assert data["sent_ok"] == 640 and data["received_unique"] == 640
+    assert data["consume"]["total"] == 640 + data["duplicates"]
+    # counted per message (latency samples too), sent in fewer calls than messages
+    assert data["produce"]["latency"]["count"] == 640
+    calls = data["produce"]["extra"]["send_calls"]
+    assert 640 / 16 <= calls < 640
+    assert sum(i["count"] for i in data["produce"]["intervals"]) == 640
+    assert "send_calls" in proc.stdout
+
+
+def test_perf_produce_batching_full_rate_counts_every_message(tmp_path: Path) -> None:
+    out_json = tmp_path / "perf.json"
+    proc = subprocess.run(
+        _thrust(
+            "perf", "produce", "--count", "3000", "--interval", "1", "--warmup", "0", "--size", "32",
+            "--batch-max-messages", "32", "--max-in-flight", "8", "--fifo", "3", "--json", str(out_json),
+        ),
+        capture_output=True, text=True, timeout=50, env=_env(), check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(out_json.read_text())
+    assert data["produce"]["total"] == 3000 and data["sent_ok"] == 3000
+    # one batch per (topic, message group): 3 groups, up to 32 each
+    assert 3000 / 32 <= data["produce"]["extra"]["send_calls"] < 3000
+
+
+def test_perf_rejects_a_batch_size_below_one() -> None:
+    from thrust.cli.perf import UsageError, options_from_args
+
+    args = build_parser().parse_args(["perf", "produce", "--batch-max-messages", "0"])
+    try:
+        options_from_args(args)
+    except UsageError:
+        return
+    raise AssertionError("--batch-max-messages 0 was accepted")

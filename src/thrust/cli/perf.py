@@ -76,6 +76,21 @@ def _add_producer(p: argparse.ArgumentParser) -> None:
     g.add_argument("-n", "--producers", type=int, default=1, help="producer clients (default 1)")
     g.add_argument("-o", "--max-in-flight", type=int, default=128, help="sends in flight per producer")
     g.add_argument("-s", "--size", type=int, default=1024, help="payload bytes (default 1024)")
+    g.add_argument(
+        "--batch-max-messages",
+        type=int,
+        default=1,
+        metavar="N",
+        help="producer batching: up to N messages of one topic per SendMessage (default 1: no batching);"
+        " --max-in-flight then counts batches",
+    )
+    g.add_argument(
+        "--batch-max-delay-ms",
+        type=_positive_float,
+        default=1.0,
+        metavar="MS",
+        help="producer batching: a batch goes out MS after its first message if not full (default 1)",
+    )
 
 
 def _add_consumer(p: argparse.ArgumentParser) -> None:
@@ -142,6 +157,8 @@ def options_from_args(args: argparse.Namespace) -> Any:
         o.producers = args.producers
         o.max_in_flight = args.max_in_flight
         o.size = args.size
+        o.batch_max_messages = args.batch_max_messages
+        o.batch_max_delay = args.batch_max_delay_ms / 1000.0
     if mode in ("consume", "e2e"):
         o.group = args.group
         o.consumer = args.consumer
@@ -172,6 +189,8 @@ def options_from_args(args: argparse.Namespace) -> Any:
             problems.append("FIFO consumption with --consumer simple is not supported by perf yet")
     if mode in ("produce", "e2e") and (args.producers < 1 or args.max_in_flight < 1 or args.size < 1):
         problems.append("--producers, --max-in-flight and --size must be >= 1")
+    if mode in ("produce", "e2e") and args.batch_max_messages < 1:
+        problems.append("--batch-max-messages must be >= 1")
     if mode == "consume" and not args.endpoints and not args.count and not args.duration:
         pass  # an embedded server with nobody producing: runs until Ctrl-C, which is allowed
     if problems:
