@@ -13,7 +13,9 @@ read from stdin:
 - `{"op": "assign", "topic": "t", "group": "g", "queues": [[1, 0]]}`: QueryAssignment for (topic,
   group) answers these (broker index, queue id) pairs (`Faults.set_assignment`); `{"op": "assigned",
   "topic": "t", "group": "g"}`: the `time.monotonic()` at which that override was first answered
-  (None until a client asked), comparable with other processes' `time.monotonic()` on Linux
+  (None until a client asked), comparable with other processes' `time.monotonic()` on Linux;
+  `{"op": "first_call", "broker": 1, "rpc": "ReceiveMessage"}`: the `time.monotonic()` at which that
+  broker got its first call of that RPC (None: never)
 - `{"op": "stats"}` / `{"op": "reset"}`: the call and entry counters; `{"op": "cpu"}`: own CPU seconds
 - `{"op": "clear"}`: remove every fault
 
@@ -48,6 +50,13 @@ class _CountingFaults(Faults):
         super().__init__()
         self.expired_hits = 0
         self.served_at: dict[tuple[str, str], float | None] = {}
+        self.first_calls: dict[tuple[int, str], float] = {}
+
+    def on_call(self, rpc: str, broker: int) -> Any:
+        key = (broker, str(rpc))
+        if key not in self.first_calls:
+            self.first_calls[key] = time.monotonic()  # scenario 5a: when queue 1's first receive arrived
+        return super().on_call(rpc, broker)
 
     def set_assignment(self, topic: str, group: str, queues: Iterable[tuple[int, int]] | None) -> None:
         super().set_assignment(topic, group, queues)
@@ -179,6 +188,9 @@ def _command(server: EmbeddedServer, cmd: dict[str, Any]) -> dict[str, Any]:
     if op == "assigned":
         served = getattr(server.faults, "served_at", {})
         return {"at": served.get((cmd["topic"], cmd["group"]))}
+    if op == "first_call":
+        first = getattr(server.faults, "first_calls", {})
+        return {"at": first.get((int(cmd["broker"]), cmd["rpc"]))}
     if op == "cpu":
         t = os.times()
         return {"cpu": t.user + t.system}
