@@ -18,18 +18,25 @@ reliability catalogue §2b/§3.0 vocabulary:
   catalogue's "no inversion" rule), and no later message is delivered while an earlier one of the
   same group is still pending (RocketMQ FIFO blocks the group until ack, `03fifomessage.md`).
 
+By default the recorder keeps its events in memory. With ``HistoryRecorder(path=...)`` it streams each
+event as one JSON line to an append-only file instead and keeps nothing but a counter, so a long run
+(the L5 soak) does not grow the recording process; ``History.load(path)`` (or ``snapshot()``, or
+``check()`` on the recorder) reads the file back, and the checker's verdicts are the same as from memory.
+
 Pure module: no grpc, no asyncio. Times are seconds from the recorder's clock (monotonic by default).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import NamedTuple
+from typing import IO, NamedTuple
 
 __all__ = [
     "Duplicate",
@@ -90,6 +97,11 @@ class Event(NamedTuple):
 
 _Row = tuple[str, int, float, int, str, "str | None", "str | None", "int | None", str, str]
 
+# File format: one JSON array per line, the row's fields in `Event` order, trailing fields that equal
+# these defaults (ref, payload_id, message_id, group, attempt, actor, detail) left out.
+_DEFAULTS: tuple[object, ...] = (-1, "", None, None, None, "", "")
+_FIXED = 3  # kind, seq, t are always written
+
 
 @dataclass(frozen=True)
 class History:
@@ -104,6 +116,33 @@ class History:
     def __len__(self) -> int:
         return len(self.events)
 
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> History:
+        """Read a history file written by a file-backed `HistoryRecorder` (JSON lines)."""
+        return cls(tuple(_read_rows(path)))
+
+
+def _encode(row: _Row) -> str:
+    n = len(row)
+    while n > _FIXED and row[n - 1] == _DEFAULTS[n - 1 - _FIXED]:
+        n -= 1
+    return json.dumps(row[:n], separators=(",", ":"), ensure_ascii=False) + "\n"
+
+
+def _read_rows(path: str | os.PathLike[str]) -> Iterable[Event]:
+    # Equal strings share one object (payload and message ids appear in several events each), which
+    # keeps a long history's snapshot at roughly the size the in-memory recorder would have had.
+    strings: dict[str, str] = {}
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            fields = json.loads(line)
+            if len(fields) < _FIXED:
+                raise ValueError(f"{path}: malformed history line {line!r}")
+            fields.extend(_DEFAULTS[len(fields) - _FIXED :])
+            yield Event._make(strings.setdefault(x, x) if isinstance(x, str) else x for x in fields)
+
 
 class HistoryRecorder:
     """Records sends, deliveries, acks, DLQ findings and fault windows.
@@ -112,15 +151,34 @@ class HistoryRecorder:
     ``rec.fail(op)`` or ``rec.unknown(op)``. Delivery: ``d = rec.delivered(payload, message_id,
     attempt=...)`` then ``rec.acked(d)``, ``rec.ack_failed(d)`` or ``rec.nacked(d)``. Each call is one
     lock-protected list append; `t` overrides the clock (synthetic histories).
+
+    With `path`, each event is instead written as one JSON line to that file (created or truncated;
+    buffered, flushed by `flush()`, `snapshot()` and `close()`), and nothing is kept in memory:
+    `snapshot()` reads the file back. Close the recorder (or use it as a context manager) when done.
     """
 
-    __slots__ = ("_clock", "_events", "_lock", "_seq")
+    __slots__ = ("_clock", "_events", "_file", "_lock", "_path", "_seq")
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        path: str | os.PathLike[str] | None = None,
+        buffering: int = 1 << 20,
+    ) -> None:
         self._clock = clock
         self._lock = threading.Lock()
         self._events: list[_Row] = []
         self._seq = 0
+        self._path = path
+        self._file: IO[str] | None = None
+        if path is not None:
+            self._file = open(path, "w", encoding="utf-8", buffering=buffering)
+
+    @property
+    def path(self) -> str | os.PathLike[str] | None:
+        """The history file of a file-backed recorder; None when events are kept in memory."""
+        return self._path
 
     def _add(
         self,
@@ -138,7 +196,13 @@ class HistoryRecorder:
         with self._lock:
             seq = self._seq
             self._seq = seq + 1
-            self._events.append((kind, seq, now, ref, payload_id, message_id, group, attempt, actor, detail))
+            row = (kind, seq, now, ref, payload_id, message_id, group, attempt, actor, detail)
+            if self._path is None:
+                self._events.append(row)
+            elif self._file is None:
+                raise ValueError("the history file is closed")
+            else:
+                self._file.write(_encode(row))
         return seq
 
     # Sends -----------------------------------------------------------------------------------
@@ -222,12 +286,35 @@ class HistoryRecorder:
 
     # Reading ---------------------------------------------------------------------------------
     def __len__(self) -> int:
-        return len(self._events)
+        return self._seq
 
     def snapshot(self) -> History:
+        """The events so far (a file-backed recorder flushes its file and reads it back)."""
+        if self._path is not None:
+            self.flush()
+            return History.load(self._path)
         with self._lock:
             rows = list(self._events)
         return History(tuple(Event._make(r) for r in rows))
+
+    def flush(self) -> None:
+        """Write buffered events to the history file (no-op in memory)."""
+        with self._lock:
+            if self._file is not None:
+                self._file.flush()
+
+    def close(self) -> None:
+        """Flush and close the history file; the file stays readable with `snapshot()`. Idempotent."""
+        with self._lock:
+            f, self._file = self._file, None
+        if f is not None:
+            f.close()
+
+    def __enter__(self) -> HistoryRecorder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 # Report ----------------------------------------------------------------------------------------

@@ -1,24 +1,40 @@
 """Soak run (reliability catalogue L5): steady load with periodic network faults, sampling resources.
 
     python -m thrust.reliability.soak --duration 3600            # the catalogue's hour
-    python -m thrust.reliability.soak --duration 180 --json out.json
+    python -m thrust.reliability.soak --duration 420 --json out.json
 
-One process holds the embedded server, a FaultProxy in front of it (listening on 127.0.0.2 with the
-server's port, so the routes the server hands out lead through the proxy too), a producer sending
-`--rate` messages/s with random bodies of 1 B..64 KiB, a PushConsumer and a SimpleConsumer in two groups
-(each group must get every message). Every `--fault-interval` seconds a fault is switched on for half
-the interval and healed for the other half (chaos style), cycling through connection reset (F4), black
-hole (F5) and refused connections (F6). Every `--sample-interval` seconds the process's RSS, open file
-descriptors, threads and asyncio tasks and the push consumer's cache are sampled.
+The server runs as a `thrust serve` child process (`--in-process` puts it in the sampled process
+instead; its in-memory store then dominates RSS). The sampled process holds a FaultProxy in front of the
+server (listening on 127.0.0.2 with the server's port, so the routes the server hands out lead through
+the proxy too), a producer sending `--rate` messages/s with random bodies of 1 B..64 KiB, a PushConsumer
+and a SimpleConsumer in two groups (each group must get every message). Every `--fault-interval` seconds a
+fault is switched on for half the interval and healed for the other half (chaos style), cycling through
+connection reset (F4), black hole (F5) and refused connections (F6). Every `--sample-interval` seconds,
+and once at the end of every healed half-cycle (just before the next fault), the process's RSS, open file
+descriptors, threads and asyncio tasks, the push consumer's cache and the server child's RSS are sampled.
+
+The message histories are streamed to append-only JSON-lines files (`--history-dir`, default a
+temporary directory removed at the end), so the sampled process does not grow with the history; the
+checker reads them back after the clients are closed and sampling has stopped.
 
 At the end the load stops, faults heal, both groups drain, and the history checker gives P1-P4 per group.
-P5 is judged from the samples: RSS growth after the warm-up <= 10 %, fds and tasks back to their
-baseline +- 5 after the last heal, push cache never above its byte limit plus one batch. The summary goes
-to stdout (and `--json`); the exit status is 0 when every verdict holds.
-
-RSS, fds and tasks are those of this process: client and server together, unless `--server-process` runs
-the server as a `thrust serve` child (then they are the client's alone). The in-memory server retains
-every message up to its per-queue retention (256 MiB), so in-process its memory grows with the load.
+P5, from the samples:
+- RSS, compared like with like on the *steady* samples, those at the end of each healed half-cycle
+  (30 s after a heal, full load, no fault; every sample when there are no faults; like the fd/task
+  checks below, each is the minimum of 5 readings 0.2 s apart): baseline = the first
+  steady sample at or after the warm-up (default 300 s, the catalogue's 5 minutes; duration / 5 for
+  runs shorter than 360 s); growth = (max of the later steady samples - baseline) / baseline <= 10 %.
+  The peak of any sample (during a black hole the sends waiting out their timeouts hold up to ~2,000
+  bodies for a few seconds) and the growth to the last steady sample are reported, not judged;
+- fds and asyncio tasks *of the client*: the sample taken just before the first fault is the baseline,
+  and the sample at the end of every healed half-cycle, plus one after the final drain, must be within
+  baseline +- 5 (each of these check samples is the minimum of 5 readings 0.2 s apart, so that calls
+  and bodies in flight at that instant do not count; a leak raises the minimum too). Sockets of the FaultProxy
+  (local 127.0.0.2:port, or remote 127.0.0.1:port) and tasks of the proxy and of the soak harness
+  (per-send tasks, sampler, chaos loop) are not the client's and are counted apart (the raw totals are
+  in the samples too);
+- push cache never above its byte limit (64 MiB) plus one batch (32 messages of 64 KiB).
+The summary goes to stdout (and `--json`); the exit status is 0 when every verdict holds.
 """
 
 from __future__ import annotations
@@ -29,16 +45,19 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import thrust
 from thrust.errors import ConnectionError, ThrustError, TimeoutError
-from thrust.reliability.history import HistoryRecorder, Report, check
+from thrust.reliability.history import History, HistoryRecorder, Report, check
 from thrust.reliability.proxy import PASS, Blackhole, FaultProxy, Mode, Refuse
 from thrust.testing import ServerProcess, embedded_server
 
@@ -56,28 +75,75 @@ FAULTS: tuple[tuple[str, Mode | None], ...] = (
 )
 
 
+WARMUP = 300.0  # the catalogue's 5-minute warm-up before the RSS baseline
+RSS_GROWTH = 0.10
+FD_TASK_SLACK = 5
+CHECK_READS = 5  # readings per fd/task check sample (their minimum is recorded)
+HARNESS_TASK_PREFIX = "soak-"
+
+
 @dataclass(frozen=True)
 class Sample:
     t: float  # seconds since the start
     rss_mib: float
-    fds: int
+    fds: int  # the client's: every fd of the process minus the FaultProxy's sockets
     threads: int
-    tasks: int
+    tasks: int  # the client's: every asyncio task minus the proxy's and the soak harness's
     push_cached_bytes: int
     sent_ok: int
     fault: str  # the active fault, "" when healed
+    kind: str = "periodic"  # "periodic" | "cycle-end" (end of a healed half-cycle) | "final"
+    fds_total: int = 0
+    tasks_total: int = 0
+    server_rss_mib: float | None = None  # the `thrust serve` child's RSS (information only)
 
 
-def _rss_mib() -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024.0
-    return 0.0
+def _rss_mib(pid: int | str = "self") -> float | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        return None
+    return None
 
 
 def _fds() -> int:
     return len(os.listdir("/proc/self/fd"))
+
+
+def _hex_addr(host: str, port: int) -> str:
+    """An IPv4 address as /proc/net/tcp prints it (little-endian hex address, hex port)."""
+    a, b, c, d = (int(x) for x in host.split("."))
+    return f"{d:02X}{c:02X}{b:02X}{a:02X}:{port:04X}"
+
+
+def _proxy_fds(proxy_local: str, proxy_upstream: str) -> int:
+    """How many of this process's fds are FaultProxy sockets (by /proc/net/tcp addresses)."""
+    inodes: set[str] = set()
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            target = os.readlink(f"/proc/self/fd/{fd}")
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    n = 0
+    with contextlib.suppress(OSError), open("/proc/net/tcp") as f:
+        next(f, None)
+        for line in f:
+            parts = line.split()
+            if len(parts) > 9 and parts[9] in inodes and proxy_local in (parts[1], parts[2]):
+                n += 1
+            elif len(parts) > 9 and parts[9] in inodes and parts[2] == proxy_upstream:
+                n += 1
+    return n
+
+
+def _client_task(task: asyncio.Task[Any]) -> bool:
+    if task.get_name().startswith(HARNESS_TASK_PREFIX):
+        return False
+    code = getattr(task.get_coro(), "cr_code", None)
+    return not (code is not None and code.co_filename.endswith(os.path.join("reliability", "proxy.py")))
 
 
 def _body(pid: str, rng: random.Random) -> bytes:
@@ -90,12 +156,17 @@ def _pid(message: thrust.ReceivedMessage) -> str:
 
 
 class _Soak:
-    def __init__(self, args: argparse.Namespace) -> None:
+    def __init__(self, args: argparse.Namespace, history_dir: Path) -> None:
         self.args = args
         self.rng = random.Random(args.seed)
-        self.push_rec = HistoryRecorder()
-        self.simple_rec = HistoryRecorder()
+        # File-backed: the sampled process keeps no history (read back by the checker at the end).
+        self.push_rec = HistoryRecorder(path=history_dir / "push.jsonl")
+        self.simple_rec = HistoryRecorder(path=history_dir / "simple.jsonl")
         self.samples: list[Sample] = []
+        self.push: thrust.PushConsumer | None = None
+        self.server_pid: int | None = None
+        self.proxy_local = ""  # /proc/net/tcp form of the proxy's listening address
+        self.proxy_upstream = ""  # ... and of the server it forwards to
         self.fault = ""
         self.stopping = False
         self.sent_ok = 0
@@ -114,7 +185,7 @@ class _Soak:
         while not self.stopping:
             pid = f"s{i}"
             i += 1
-            task = asyncio.create_task(self._send_one(producer, pid))
+            task = asyncio.create_task(self._send_one(producer, pid), name="soak-send")
             pending.add(task)
             task.add_done_callback(pending.discard)
             next_at += interval
@@ -135,7 +206,8 @@ class _Soak:
                 rec.fail(op, error=type(exc).__name__)
         except BaseException as exc:
             # Not a typed error: recorded (and reported) rather than lost from the history.
-            self.untyped_errors.append(f"{pid}: {exc!r}")
+            if len(self.untyped_errors) < 100:
+                self.untyped_errors.append(f"{pid}: {exc!r}")
             for rec, op in ops:
                 rec.unknown(op, error=type(exc).__name__)
             raise
@@ -182,6 +254,8 @@ class _Soak:
             await asyncio.sleep(half)
             if self.stopping:
                 break
+            # The end of a healed half-cycle: fds and tasks must be back at the baseline (P5).
+            await self.check_sample("cycle-end")
             name, mode = FAULTS[k % len(FAULTS)]
             k += 1
             self.fault = name
@@ -201,34 +275,102 @@ class _Soak:
             for rec in (self.push_rec, self.simple_rec):
                 rec.fault_healed(name)
 
-    async def sample(self, push: thrust.PushConsumer) -> None:
-        while not self.stopping:
-            cached = push.stats().cached_bytes
-            self.max_cached = max(self.max_cached, cached)
-            s = Sample(
-                t=round(time.monotonic() - self.started, 1),
-                rss_mib=round(_rss_mib(), 1),
-                fds=_fds(),
-                threads=threading.active_count(),
-                tasks=len(asyncio.all_tasks()),
-                push_cached_bytes=cached,
-                sent_ok=self.sent_ok,
-                fault=self.fault,
+    def _counts(self) -> tuple[float, int, int, int, int]:
+        """(RSS MiB, client fds, all fds, client tasks, all tasks) right now."""
+        fds_total = _fds()
+        proxy_fds = _proxy_fds(self.proxy_local, self.proxy_upstream) if self.proxy_local else 0
+        tasks = asyncio.all_tasks()
+        n_client = sum(1 for t in tasks if _client_task(t))
+        return _rss_mib() or 0.0, fds_total - proxy_fds, fds_total, n_client, len(tasks)
+
+    async def check_sample(self, kind: str) -> Sample:
+        """A check sample: the floor (minimum) of CHECK_READS readings 0.2 s apart.
+
+        At 200 msg/s a single reading catches a varying number of calls and bodies in flight (+-10
+        tasks, +-4 MiB of RSS); a leak raises the floor too, a call in flight does not.
+        """
+        reads = [self._counts()]
+        for _ in range(CHECK_READS - 1):
+            await asyncio.sleep(0.2)
+            reads.append(self._counts())
+        floor = (
+            min(r[0] for r in reads),
+            min(r[1] for r in reads),
+            min(r[2] for r in reads),
+            min(r[3] for r in reads),
+            min(r[4] for r in reads),
+        )
+        return self.take_sample(kind, floor)
+
+    def take_sample(
+        self, kind: str = "periodic", counts: tuple[float, int, int, int, int] | None = None
+    ) -> Sample:
+        cached = self.push.stats().cached_bytes if self.push is not None else 0
+        self.max_cached = max(self.max_cached, cached)
+        rss, fds, fds_total, client_tasks, tasks_total = counts or self._counts()
+        server_rss = _rss_mib(self.server_pid) if self.server_pid is not None else None
+        s = Sample(
+            t=round(time.monotonic() - self.started, 1),
+            rss_mib=round(rss, 1),
+            fds=fds,
+            threads=threading.active_count(),
+            tasks=client_tasks,
+            push_cached_bytes=cached,
+            sent_ok=self.sent_ok,
+            fault=self.fault,
+            kind=kind,
+            fds_total=fds_total,
+            tasks_total=tasks_total,
+            server_rss_mib=None if server_rss is None else round(server_rss, 1),
+        )
+        self.samples.append(s)
+        if self.args.verbose:
+            server = "" if s.server_rss_mib is None else f" server_rss={s.server_rss_mib:7.1f}MiB"
+            print(
+                f"t={s.t:7.1f}s rss={s.rss_mib:7.1f}MiB fds={s.fds:4d}/{s.fds_total:<4d} "
+                f"threads={s.threads:3d} tasks={s.tasks:4d}/{s.tasks_total:<4d} "
+                f"push_cache={s.push_cached_bytes:>9d}B sent_ok={s.sent_ok}{server} "
+                f"{s.fault}{'' if kind == 'periodic' else ' [' + kind + ']'}",
+                flush=True,
             )
-            self.samples.append(s)
-            if self.args.verbose:
-                print(
-                    f"t={s.t:7.1f}s rss={s.rss_mib:7.1f}MiB fds={s.fds:4d} threads={s.threads:3d} "
-                    f"tasks={s.tasks:4d} push_cache={s.push_cached_bytes:>9d}B sent_ok={s.sent_ok} "
-                    f"{s.fault}",
-                    flush=True,
-                )
+        return s
+
+    async def sample(self) -> None:
+        while not self.stopping:
+            self.take_sample()
             await asyncio.sleep(self.args.sample_interval)
+
+    def close(self) -> None:
+        self.push_rec.close()
+        self.simple_rec.close()
 
 
 async def soak(args: argparse.Namespace) -> dict[str, Any]:
     """Run one soak; returns the figures (also printed by `main`)."""
-    state = _Soak(args)
+    history_dir, remove_history = _history_dir(args)
+    state = _Soak(args, history_dir)
+    try:
+        final, end_fds, end_tasks = await _run(state)
+        state.close()
+        # Sampling has stopped and the clients are closed: now the checker may read the histories.
+        return _figures(state, final, end_fds, end_tasks)
+    finally:
+        state.close()
+        if remove_history:
+            shutil.rmtree(history_dir, ignore_errors=True)
+
+
+def _history_dir(args: argparse.Namespace) -> tuple[Path, bool]:
+    """The directory for the history files, and whether to remove it at the end."""
+    if args.history_dir:
+        path = Path(args.history_dir)
+        path.mkdir(parents=True, exist_ok=True)
+        return path, False
+    return Path(tempfile.mkdtemp(prefix="thrust-soak-")), True
+
+
+async def _run(state: _Soak) -> tuple[Any, int, int]:
+    args = state.args
     async with contextlib.AsyncExitStack() as stack:
         if args.server_process:
             # The server in its own process: the sampled RSS / fds / tasks are the client's alone.
@@ -236,12 +378,15 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                 ServerProcess(["--topic", f"{TOPIC}:8", "--group", PUSH_GROUP, "--group", SIMPLE_GROUP])
             )
             port = proc.ports[0]
+            state.server_pid = proc.pid
         else:
             srv = await stack.enter_async_context(
                 embedded_server(topics=[f"{TOPIC}:8"], groups=[PUSH_GROUP, SIMPLE_GROUP])
             )
             port = srv.ports[0]
         async with FaultProxy(target=("127.0.0.1", port), host="127.0.0.2", port=port) as proxy:
+            state.proxy_local = _hex_addr("127.0.0.2", port)
+            state.proxy_upstream = _hex_addr("127.0.0.1", port)
             ep = f"127.0.0.2:{port}"
             producer = thrust.Producer(endpoints=ep, topics=[TOPIC], request_timeout=args.request_timeout)
             simple = thrust.SimpleConsumer(
@@ -259,13 +404,14 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                 request_timeout=args.request_timeout,
                 max_cache_message_bytes=PUSH_CACHE_BYTES,
             )
+            state.push = push
             async with producer, simple, push:
                 state.started = time.monotonic()
                 tasks = [
                     asyncio.create_task(state.produce(producer), name="soak-produce"),
                     asyncio.create_task(state.consume_simple(simple), name="soak-simple"),
                     asyncio.create_task(state.chaos(proxy), name="soak-chaos"),
-                    asyncio.create_task(state.sample(push), name="soak-sample"),
+                    asyncio.create_task(state.sample(), name="soak-sample"),
                 ]
                 await asyncio.sleep(args.duration)
                 state.stopping = True
@@ -287,68 +433,140 @@ async def soak(args: argparse.Namespace) -> dict[str, Any]:
                         quiet = 0.0
                 await asyncio.sleep(2.0)
                 final = push.stats()
+                # After the last heal and the drain: fds and tasks back at the baseline (P5).
+                await state.check_sample("final")
+            state.push = None
             # Closed clients: resources should be back at the level of the first sample.
             await asyncio.sleep(1.0)
             end_fds, end_tasks = _fds(), len(asyncio.all_tasks())
-    return _figures(state, final, end_fds, end_tasks)
+    return final, end_fds, end_tasks
+
+
+def _p5(state: _Soak) -> dict[str, Any]:
+    """P5 from the samples (see the module docstring for the exact rules)."""
+    args = state.args
+    samples = state.samples
+    # RSS is compared like with like: at the end of each healed half-cycle (30 s after a heal, full load,
+    # no fault), because during a fault the sends waiting out their timeouts hold up to ~2,000 bodies
+    # (a transient peak that is gone 10 s after the heal). Without faults every sample is steady.
+    steady_kinds = ("cycle-end",) if args.fault_interval > 0 else ("periodic", "cycle-end")
+    steady = [s for s in samples if s.kind in steady_kinds and s.t >= args.warmup]
+    base = steady[0] if steady else None
+    base_rss = base.rss_mib if base else 0.0
+    max_rss = max((s.rss_mib for s in steady[1:]), default=base_rss)
+    after = [s for s in samples if base is not None and s.t > base.t]
+    peak_rss = max((s.rss_mib for s in after), default=base_rss)
+    last_steady = steady[-1].rss_mib if steady else 0.0
+    last_rss = samples[-1].rss_mib if samples else 0.0
+    growth_max = (max_rss - base_rss) / base_rss if base_rss else 0.0
+    growth_last = (last_steady - base_rss) / base_rss if base_rss else 0.0
+    growth_peak = (peak_rss - base_rss) / base_rss if base_rss else 0.0
+    checks = [s for s in samples if s.kind in ("cycle-end", "final")]
+    # Baseline for fds and tasks: the end of the first healed half, before any fault.
+    ref = checks[0] if checks else (samples[0] if samples else None)
+    bad_checks = []
+    fd_delta = task_delta = 0
+    if ref is not None:
+        for s in checks[1:]:
+            fd_delta = max(fd_delta, abs(s.fds - ref.fds))
+            task_delta = max(task_delta, abs(s.tasks - ref.tasks))
+            if abs(s.fds - ref.fds) > FD_TASK_SLACK or abs(s.tasks - ref.tasks) > FD_TASK_SLACK:
+                bad_checks.append({"t": s.t, "kind": s.kind, "fds": s.fds, "tasks": s.tasks})
+    server = [s.server_rss_mib for s in samples if s.server_rss_mib is not None]
+    cache_limit = PUSH_CACHE_BYTES + 32 * MAX_BODY
+    return {
+        "rss_rule": (
+            "steady samples = ends of healed half-cycles; baseline = the first at/after the warm-up; "
+            "growth = (max of the later steady samples - baseline) / baseline <= 10 %"
+        ),
+        "warmup_s": args.warmup,
+        "rss_baseline_t": base.t if base else None,
+        "rss_baseline_mib": base_rss,
+        "rss_steady_samples_after_baseline": max(0, len(steady) - 1),
+        "rss_max_after_warmup_mib": max_rss,
+        "rss_last_steady_mib": last_steady,
+        "rss_growth_max": round(growth_max, 4),
+        "rss_growth_last_steady": round(growth_last, 4),
+        "rss_ok": base is not None and len(steady) > 1 and growth_max <= RSS_GROWTH,
+        "rss_peak_any_sample_after_baseline_mib": peak_rss,
+        "rss_peak_growth_any_sample": round(growth_peak, 4),
+        "rss_last_mib": last_rss,
+        "fd_task_baseline_t": ref.t if ref else None,
+        "fd_baseline": ref.fds if ref else None,
+        "task_baseline": ref.tasks if ref else None,
+        "cycle_checks": len(checks) - 1 if checks else 0,
+        "fds_max_delta_at_checks": fd_delta,
+        "tasks_max_delta_at_checks": task_delta,
+        "fd_task_failures": bad_checks[:20],
+        "fd_task_ok": ref is not None and len(checks) > 1 and not bad_checks,
+        "threads_min_max": [
+            min((s.threads for s in samples), default=0),
+            max((s.threads for s in samples), default=0),
+        ],
+        "push_cache_max_bytes": state.max_cached,
+        "push_cache_limit_bytes": cache_limit,
+        "push_cache_ok": state.max_cached <= cache_limit,
+        "server_rss_mib_first_max_last": [server[0], max(server), server[-1]] if server else None,
+    }
 
 
 def _figures(state: _Soak, final: Any, end_fds: int, end_tasks: int) -> dict[str, Any]:
     args = state.args
     samples = state.samples
-    warm = [s for s in samples if s.t >= args.warmup] or samples[-1:]
-    base_rss = warm[0].rss_mib if warm else 0.0
-    peak_rss = max((s.rss_mib for s in warm), default=0.0)
-    healed = [s for s in samples if not s.fault]
-    base_fds = samples[0].fds if samples else end_fds
-    base_tasks = samples[0].tasks if samples else end_tasks
     # require_ack=False: an ack whose reply a fault swallowed has an unknown outcome (the server usually
     # applied it, and then never redelivers); P1 is the catalogue's lost = 0 and unexpected = 0.
-    reports: dict[str, Report] = {
-        "push": check(state.push_rec, recovery_bound=30.0, copies_per_send=3, require_ack=False),
-        "simple": check(state.simple_rec, recovery_bound=30.0, copies_per_send=3, require_ack=False),
-    }
-    rss_growth = (peak_rss - base_rss) / base_rss if base_rss else 0.0
-    p5 = {
-        "rss_growth_after_warmup": round(rss_growth, 4),
-        "rss_ok": rss_growth <= 0.10,
-        "fds_while_healed_max_delta": max((abs(s.fds - base_fds) for s in healed), default=0),
-        "tasks_while_healed_max_delta": max((abs(s.tasks - base_tasks) for s in healed), default=0),
-        "fds_after_close": end_fds,
-        "tasks_after_close": end_tasks,
-        "push_cache_max_bytes": state.max_cached,
-        "push_cache_ok": state.max_cached <= PUSH_CACHE_BYTES + 32 * MAX_BODY,
-    }
+    reports: dict[str, Report] = {}
+    hung: list[str] = []
+    for name, rec in (("push", state.push_rec), ("simple", state.simple_rec)):
+        history = rec.snapshot()  # read back from the history file
+        reports[name] = check(history, recovery_bound=30.0, copies_per_send=3, require_ack=False)
+        if name == "simple":
+            hung = _hung(history)[:10]
+        del history
+    p5 = _p5(state)
+    p5["fds_after_close"] = end_fds
+    p5["tasks_after_close"] = end_tasks
     figures: dict[str, Any] = {
         "duration_s": args.duration,
         "rate_per_s": args.rate,
         "fault_interval_s": args.fault_interval,
+        "server": "process" if args.server_process else "in-process",
         "sent_ok": state.sent_ok,
         "slow_sends": state.slow_sends,
         "push_acked": final.acked,
+        "delivered": {
+            name: {"deliveries": r.deliveries, "payloads": r.delivered_payloads}
+            for name, r in reports.items()
+        },
         "untyped_send_errors": state.untyped_errors[:10],
-        "hung_sends": _hung(state.simple_rec)[:10],
+        "hung_sends": hung,
         "samples": [asdict(s) for s in samples],
         "rss_mib": {
             "first": samples[0].rss_mib if samples else None,
-            "after_warmup": base_rss,
-            "peak_after_warmup": peak_rss,
+            "after_warmup": p5["rss_baseline_mib"],
+            "max_after_warmup": p5["rss_max_after_warmup_mib"],
+            "peak_any_sample": p5["rss_peak_any_sample_after_baseline_mib"],
             "last": samples[-1].rss_mib if samples else None,
         },
         "p5": p5,
         "reports": {name: r.summary for name, r in reports.items()},
+        "verdicts": {
+            name: {v.name: v.ok for v in r.verdicts if v.ok is not None} for name, r in reports.items()
+        },
+        "duplicate_causes": {name: dict(r.duplicate_causes) for name, r in reports.items()},
         "recovery_times_s": {name: [round(x, 2) for x in r.recovery_times] for name, r in reports.items()},
         "fault_windows_s": state.windows,
         "ok": all(r.ok for r in reports.values())
         and bool(p5["rss_ok"])
+        and bool(p5["fd_task_ok"])
         and bool(p5["push_cache_ok"])
         and state.slow_sends == 0,
     }
     return figures
 
 
-def _hung(rec: HistoryRecorder) -> list[str]:
-    events = rec.snapshot().events
+def _hung(history: History) -> list[str]:
+    events = history.events
     completed = {e.ref for e in events if e.kind in ("ok", "fail", "unknown")}
     return [f"{e.payload_id}@{e.t:.1f}" for e in events if e.kind == "invoke" and e.seq not in completed]
 
@@ -361,8 +579,10 @@ def _print(figures: dict[str, Any]) -> None:
     )
     rss = figures["rss_mib"]
     print(
-        f"RSS MiB: first {rss['first']}, after warm-up {rss['after_warmup']}, peak after warm-up "
-        f"{rss['peak_after_warmup']}, last {rss['last']}"
+        f"client RSS MiB: first {rss['first']}, at the end of the warm-up {rss['after_warmup']}, max after "
+        f"it {rss['max_after_warmup']} (steady samples; peak of any sample {rss['peak_any_sample']}), last "
+        f"{rss['last']} (server: {figures['server']}, its RSS first/max/"
+        f"last {figures['p5']['server_rss_mib_first_max_last']})"
     )
     if figures["hung_sends"] or figures["untyped_send_errors"]:
         print(f"hung sends: {figures['hung_sends']}; untyped errors: {figures['untyped_send_errors']}")
@@ -380,15 +600,34 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--rate", type=float, default=200.0, help="messages per second (default 200)")
     p.add_argument("--fault-interval", type=float, default=60.0, help="fault cycle in seconds; 0: none")
     p.add_argument("--sample-interval", type=float, default=10.0, help="seconds between samples")
-    p.add_argument("--warmup", type=float, default=None, help="RSS baseline time (default min(300, d/5))")
+    p.add_argument(
+        "--warmup",
+        type=float,
+        default=None,
+        help="RSS baseline time (default 300 s, the catalogue's; duration / 5 when duration < 360 s)",
+    )
     p.add_argument("--request-timeout", type=float, default=3.0)
     p.add_argument("--send-bound", type=float, default=11.0, help="P3 bound of one send in seconds")
     p.add_argument("--drain", type=float, default=120.0, help="max seconds to drain at the end")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument(
+    where = p.add_mutually_exclusive_group()
+    where.add_argument(
         "--server-process",
+        dest="server_process",
         action="store_true",
-        help="run the server as a `thrust serve` subprocess, so the samples measure the client alone",
+        default=True,
+        help="run the server as a `thrust serve` child, so the samples measure the client (default)",
+    )
+    where.add_argument(
+        "--in-process",
+        dest="server_process",
+        action="store_false",
+        help="run the server in the sampled process (its message store then dominates RSS)",
+    )
+    p.add_argument(
+        "--history-dir",
+        default=None,
+        help="keep the histories (push.jsonl, simple.jsonl) here (default: a temporary directory, removed)",
     )
     p.add_argument("--json", default=None, help="write the figures to this file")
     p.add_argument("-q", "--quiet", dest="verbose", action="store_false", help="no per-sample lines")
@@ -398,7 +637,10 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.warmup is None:
-        args.warmup = min(300.0, args.duration / 5)
+        args.warmup = WARMUP if args.duration >= WARMUP + 60 else args.duration / 5
+    if args.warmup >= args.duration:
+        print("the warm-up must end before the run does", file=sys.stderr)
+        return 2
     if args.rate <= 0 or args.duration <= 0 or args.sample_interval <= 0:
         print("duration, rate and sample interval must be > 0", file=sys.stderr)
         return 2

@@ -1,0 +1,128 @@
+"""The L5 soak's P5 judgement (synthetic samples) and one short end-to-end run."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from thrust.reliability import soak as soak_mod
+from thrust.reliability.soak import Sample
+
+
+def args(**kw: Any) -> argparse.Namespace:
+    ns = soak_mod._parser().parse_args([])
+    ns.warmup = 300.0
+    for k, v in kw.items():
+        setattr(ns, k, v)
+    return ns
+
+
+def sample(
+    t: float, rss: float, kind: str = "periodic", fds: int = 22, tasks: int = 30, fault: str = ""
+) -> Sample:
+    return Sample(t, rss, fds, 23, tasks, 0, 0, fault, kind, fds + 7, tasks + 20, 500.0)
+
+
+def hour(
+    rss_at: Any = lambda t: 60.0, fds_at: Any = lambda t: 22, tasks_at: Any = lambda t: 30
+) -> list[Sample]:
+    """Samples of a soak with faults every 60 s: periodic every 10 s, checks at 30 + 60 k and at the end."""
+    out: list[Sample] = []
+    for t in range(0, 3600, 10):
+        fault = "blackhole" if (t - 30) % 60 < 30 and t >= 30 else ""
+        out.append(sample(t, rss_at(t), fault=fault))
+        if t % 60 == 30:
+            out.append(sample(t, rss_at(t), "cycle-end", fds_at(t), tasks_at(t)))
+    out.append(sample(3700, rss_at(3700), "final", fds_at(3700), tasks_at(3700)))
+    return out
+
+
+def p5(samples: list[Sample], **kw: Any) -> dict[str, Any]:
+    state = SimpleNamespace(args=args(**kw), samples=samples, max_cached=0)
+    return soak_mod._p5(state)  # type: ignore[arg-type]
+
+
+def test_flat_run_passes() -> None:
+    r = p5(hour())
+    assert r["rss_ok"] and r["fd_task_ok"] and r["push_cache_ok"]
+    assert r["rss_baseline_t"] == 330  # the first steady sample at or after the 5-minute warm-up
+    assert r["cycle_checks"] == 60  # 59 later cycle ends + the final check
+    assert r["server_rss_mib_first_max_last"] == [500.0, 500.0, 500.0]
+
+
+def test_steady_growth_over_ten_percent_fails() -> None:
+    r = p5(hour(rss_at=lambda t: 60.0 + t / 300))  # +12 MiB over the hour: a leak
+    assert not r["rss_ok"] and r["rss_growth_max"] > 0.10
+
+
+def test_warm_up_growth_does_not_count() -> None:
+    r = p5(hour(rss_at=lambda t: 30.0 + min(t, 300) / 10))
+    assert r["rss_ok"] and r["rss_growth_max"] == 0.0
+
+
+def test_transient_fault_peaks_are_reported_not_judged() -> None:
+    r = p5(hour(rss_at=lambda t: 60.0 + (40.0 if t % 60 == 50 else 0.0)))
+    assert r["rss_ok"]
+    assert r["rss_peak_growth_any_sample"] == pytest.approx(40 / 60, abs=1e-3)
+
+
+def test_fd_or_task_leak_after_a_heal_fails() -> None:
+    assert not p5(hour(fds_at=lambda t: 22 + (6 if t > 2000 else 0)))["fd_task_ok"]
+    r = p5(hour(tasks_at=lambda t: 30 + t // 500))
+    assert not r["fd_task_ok"] and r["fd_task_failures"][0]["t"] == 3030
+    assert p5(hour(tasks_at=lambda t: 30 + (5 if t % 120 == 30 else 0)))["fd_task_ok"]  # within +- 5
+
+
+def test_without_faults_every_sample_is_steady() -> None:
+    samples = [sample(t, 60.0 + (7.0 if t == 400 else 0.0)) for t in range(0, 600, 10)]
+    samples.insert(0, sample(0, 50.0, "cycle-end"))
+    samples.append(sample(610, 60.0, "final"))
+    r = p5(samples, fault_interval=0.0)
+    assert r["rss_baseline_t"] == 300 and not r["rss_ok"]  # 67 / 60 = +11.7 %
+
+
+def test_default_warmup_is_five_minutes_when_it_fits() -> None:
+    assert soak_mod.main(["--duration", "10", "--warmup", "10"]) == 2  # the warm-up must end first
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_short_soak_end_to_end(tmp_path: Path) -> None:
+    a = args(
+        duration=16.0,
+        fault_interval=8.0,
+        sample_interval=2.0,
+        warmup=4.0,
+        drain=40.0,
+        verbose=False,
+        history_dir=str(tmp_path / "hist"),
+    )
+    figures = asyncio.run(soak_mod.soak(a))
+    json.dumps(figures)  # serialisable for --json
+    assert figures["server"] == "process"
+    assert figures["sent_ok"] > 0 and not figures["hung_sends"] and not figures["untyped_send_errors"]
+    for group in ("push", "simple"):
+        assert figures["verdicts"][group]["P1"], figures["reports"][group]
+        assert (
+            figures["delivered"][group]["payloads"] == figures["sent_ok"] or figures["verdicts"][group]["P1"]
+        )
+    kinds = [s["kind"] for s in figures["samples"]]
+    assert kinds.count("cycle-end") == 2 and kinds[-1] == "final"
+    assert all(s["server_rss_mib"] for s in figures["samples"])
+    assert figures["p5"]["push_cache_ok"]
+    # The history files were kept (--history-dir) and give the same verdicts when checked again.
+    from thrust.reliability.history import History, check
+
+    report = check(
+        History.load(tmp_path / "hist" / "push.jsonl"),
+        recovery_bound=30.0,
+        copies_per_send=3,
+        require_ack=False,
+    )
+    assert report.summary == figures["reports"]["push"]
