@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import heapq
+import math
 import random
 from collections import Counter
 from collections.abc import Callable
@@ -362,3 +363,50 @@ def test_retrying_entries_lists_exactly_the_live_retry_set() -> None:
     assert batcher.retrying_entries() == []
     batcher.on_results(retry, results_for(retry, OK), 10.0)
     assert batcher.retrying_entries() == [] and batcher.idle()
+
+
+def test_an_entry_without_deadline_is_retried_until_it_succeeds() -> None:
+    """A FIFO head's ack / forward (deadline math.inf) is never given up by age: its group waits for it."""
+    batcher = AckBatcher(AckConfig.unbatched(backoff=BackoffPolicy(0.1, 1.0)))
+    server = FakeServer(fail_first=False, always_fail={"m0"})
+    batcher.add(KEY, entry(0, deadline=math.inf), 0.0)
+    now, finished = drive(batcher, server, until=600.0)
+    assert finished == []
+    assert server.attempts["m0"] > 500  # ten minutes of retries, the backoff capped at 1 s
+    gaps = [b - a for (_, a), (_, b) in zip(server.attempt_times, server.attempt_times[1:], strict=False)]
+    assert max(gaps) <= 1.0 + 0.002 + 1e-9
+    server.always_fail = frozenset()
+    _, finished = drive(batcher, server, until=now + 2.0, now=now)
+    assert [(e.message_id, f) for e, f, _ in finished] == [("m0", Fate.ACKED)]
+    assert batcher.idle()
+
+
+def test_cap_deadline_bounds_a_retrying_entry_and_never_extends() -> None:
+    batcher = AckBatcher(AckConfig.unbatched(backoff=BackoffPolicy(0.1, 1.0)))
+    server = FakeServer(fail_first=False, always_fail={"m0", "m1"})
+    head, other = entry(0, deadline=math.inf), entry(1, deadline=5.0)
+    batcher.add(KEY, head, 0.0)
+    batcher.add(KEY, other, 0.0)
+    now, finished = drive(batcher, server, until=3.0)
+    assert finished == []
+    batcher.cap_deadline(head, now + 2.0)  # its queue was dropped at `now`
+    batcher.cap_deadline(other, 100.0)  # never later than it was
+    assert (head.deadline, other.deadline) == (now + 2.0, 5.0)
+    _, finished = drive(batcher, server, until=60.0, now=now)
+    fates = {e.message_id: (f, t) for e, f, t in finished}
+    assert fates["m0"][0] is Fate.DROPPED_EXPIRED and fates["m0"][1] < now + 2.0
+    assert fates["m1"][0] is Fate.DROPPED_EXPIRED and fates["m1"][1] < 5.0
+    assert all(t < now + 2.0 for mid, t in server.attempt_times if mid == "m0")
+    assert batcher.idle()
+    batcher.cap_deadline(head, 0.0)  # finished: untouched
+    assert head.deadline == now + 2.0
+
+
+def test_cap_deadline_of_a_pending_entry_drops_it_instead_of_sending_it() -> None:
+    batcher = AckBatcher(AckConfig(linger=0.01))
+    e = entry(0, deadline=math.inf)
+    batcher.add(KEY, e, 0.0)
+    batcher.cap_deadline(e, 0.005)
+    assert batcher.take_ready(0.01) == []
+    assert batcher.take_finished() == [(e, Fate.DROPPED_EXPIRED)]
+    assert batcher.idle()

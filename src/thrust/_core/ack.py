@@ -450,6 +450,20 @@ class AckBatcher:
         self._finished = []
         return finished
 
+    def cap_deadline(self, entry: AckEntry, deadline: float) -> None:
+        """Bring a not yet finished entry's deadline forward to `deadline` (never later).
+
+        For an entry added with no deadline of its own (`math.inf`: the ack or dead-letter forward of a FIFO
+        group's head, which its group waits for, is retried for as long as its queue is assigned, see
+        `thrust._core.fifo`): once the queue is dropped nothing waits for it any more, and from then on it is
+        bounded like any other entry. The deadline is checked where it always is, when the entry is next cut
+        into a batch or scheduled for a retry, so a retrying entry is given up at most one backoff step after
+        `deadline`; the overflow order (earliest deadline first) keeps the deadline the entry had when its
+        retry was scheduled.
+        """
+        if entry._state != _DONE and deadline < entry.deadline:
+            entry.deadline = deadline
+
     # -- state --------------------------------------------------------------------------------------------
 
     def idle(self) -> bool:
