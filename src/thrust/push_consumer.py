@@ -49,7 +49,15 @@ from thrust._consumption import ListenerExecutor, RateLimitedLog
 from thrust._core.ack import AckBatch, AckBatcher, AckConfig, AckEntry, AckKey, Fate, Outcome, results_for
 from thrust._core.assignment import AssignmentTable, QueueId
 from thrust._core.endpoints import Endpoint
-from thrust._core.fifo import FifoAction, FifoSequencer, fifo_failure_action
+from thrust._core.fifo import (
+    FIFO_SETTLE_BACKOFF,
+    UNTIL_SETTLED,
+    FifoAction,
+    FifoSequencer,
+    fifo_failure_action,
+    fifo_settle_config,
+    releases_chain,
+)
 from thrust._core.process_queue import ProcessQueue, QueueBudget, ReceiveTicket
 from thrust._core.routes import AssignmentEndpointSelector, RouteQueue, TopicRoute
 from thrust._core.settings import ClientSettings
@@ -184,6 +192,7 @@ class _Queue:
         "request",
         "route_queue",
         "runner",
+        "settling",
         "timer",
     )
 
@@ -198,6 +207,9 @@ class _Queue:
         self.timer: asyncio.TimerHandle | None = None
         self.request: spb.ReceiveMessageRequest | None = None
         self.fifo: FifoSequencer[_Delivery] | None = None
+        # FIFO heads whose ack / dead-letter forward their group waits for, with the batcher holding it (so
+        # that dropping the queue can bound them: `_drop_queue`).
+        self.settling: dict[AckEntry, AckBatcher] = {}
         self.in_listener = 0
         self.acks_pending = 0
         self.received = 0
@@ -225,8 +237,12 @@ class PushConsumer:
         receives_per_queue: ReceiveMessage calls in flight per queue while the cache has room for them
             (FIFO queues always use one).
         ack_batch_size / ack_linger: an AckMessage goes out when a (endpoint, topic) batch has this many
-            entries, or `ack_linger` seconds after its oldest entry was queued.
-        ack_retry_window: seconds a failing ack keeps being retried before it is given up.
+            entries, or `ack_linger` seconds after its oldest entry was queued. A FIFO group's acks do not
+            linger: each message group waits for its previous message's ack.
+        ack_retry_window: seconds a failing ack keeps being retried before it is given up. In a FIFO group
+            the ack or dead-letter forward of a message group's head is retried for as long as its queue
+            stays assigned instead, because the group waits for it (`thrust._core.fifo`); once the queue is
+            dropped it gets this window like any other ack.
         fifo_parallel_groups: for FIFO groups, consume different message groups in parallel (order is kept
             within each group); False consumes a queue's messages strictly one after another (Java default).
         shutdown_grace: seconds `close()` lets running listener calls finish.
@@ -391,7 +407,14 @@ class PushConsumer:
         self._nacks = BatchDriver(
             "nack", AckBatcher(AckConfig.unbatched()), self._send_nack, self._nacks_finished
         )
-        self._dlq = BatchDriver("dlq", AckBatcher(AckConfig.unbatched()), self._send_dlq, self._dlq_finished)
+        # Only FIFO groups forward to the dead-letter queue themselves, and a poison message's group waits for
+        # the forward: it is retried on the FIFO schedule.
+        self._dlq = BatchDriver(
+            "dlq",
+            AckBatcher(AckConfig.unbatched(backoff=FIFO_SETTLE_BACKOFF)),
+            self._send_dlq,
+            self._dlq_finished,
+        )
         await session.start(())
         self._route_changed = {t: asyncio.Event() for t in self.subscriptions}
         session.add_route_listener(self._on_route_change)
@@ -446,7 +469,19 @@ class PushConsumer:
                 )
         timeout = self.config.request_timeout + 1.0
         drivers = [d for d in (self._acks, self._nacks, self._dlq) if d is not None]
-        await asyncio.gather(*(d.drain(timeout) for d in drivers))
+        drained = await asyncio.gather(*(d.drain(timeout) for d in drivers))
+        for driver, idle in zip(drivers, drained, strict=True):
+            if not idle:
+                # Bounded: what is still unsettled is given up; the server makes those messages visible
+                # again once the client has left (NotifyClientTermination below), a FIFO head ahead of the
+                # rest of its group.
+                st = driver.batcher.stats()
+                logger.warning(
+                    "close: %d %s request(s) not settled within %.1f s, given up; the server redelivers them",
+                    st.pending + st.in_flight + st.retrying,
+                    driver.name,
+                    timeout,
+                )
         for d in drivers:
             await d.close()
         waiting = [t for t in scanners if not t.done()]
@@ -569,6 +604,15 @@ class PushConsumer:
             if waiting:
                 # Never started: release their cache space; the server redelivers them in order.
                 q.pq.on_consumed(len(waiting), sum(d.nbytes for d in waiting), time.monotonic())
+        if q.settling:
+            # No group waits here any more: the heads' acks and forwards are bounded like any other from now
+            # on. Java gives them up at once (`ackFifoMessageLater` / `forwardToDeadLetterQueueLater`:
+            # "Process queue was dropped"); an ack still spares the queue's next owner a redelivery, so it
+            # keeps its ordinary window.
+            bound = time.monotonic() + self.ack_retry_window
+            for entry, batcher in q.settling.items():
+                batcher.cap_deadline(entry, bound)
+            q.settling.clear()
 
     # -- receiving (seed item 6) ----------------------------------------------------------------------------
 
@@ -673,12 +717,14 @@ class PushConsumer:
         A message keeps its cache slot until its ack (nack, dead-letter forward) settles, as Java evicts from
         its process queue only when the ack completes (reference §4.5, §4.7): acks that cannot keep up then
         hold back receiving instead of piling up in the batcher until it overflows. The listener is never
-        held back while the cache has room (seed 000 item 1)."""
+        held back while the cache has room (seed 000 item 1).
+
+        A FIFO message stays at the head of its chain until its ack or dead-letter forward has settled on
+        the server (`_heads_settled`), as Java's `FifoConsumeService` submits the next message only when
+        `eraseFifoMessage` completes (reference §4.6)."""
         now = time.monotonic()
         acks = self._acks
         assert acks is not None and self._executor is not None
-        fifo = self.session.settings.fifo
-        follow_ups: list[_Delivery] = []
         deadline = now + self.ack_retry_window
         to_ack: list[tuple[AckKey, AckEntry]] = []
         failures = 0
@@ -689,18 +735,16 @@ class PushConsumer:
                 q.consumed += 1
                 m = d.message
                 q.acks_pending += 1
-                to_ack.append((q.ack_key, AckEntry(m.message_id, m.receipt_handle, deadline, d)))
+                if q.fifo is None:
+                    to_ack.append((q.ack_key, AckEntry(m.message_id, m.receipt_handle, deadline, d)))
+                else:
+                    to_ack.append((q.ack_key, self._head_entry(q, m, d, deadline, acks.batcher)))
             else:
                 failures += 1
-                if fifo and q.fifo is not None:
-                    if not self._fifo_failed(d, now):
-                        continue  # retried locally later: stays in the cache and at its chain's head
+                if q.fifo is not None:
+                    self._fifo_failed(d, now)
                 else:
                     self._nack(d, deadline)
-            if q.fifo is not None:
-                nxt = q.fifo.done(d)
-                if nxt is not None:
-                    follow_ups.append(nxt)
         # Counters and the batcher once per burst of results, not once per message.
         counters = self._counters
         counters["consumed"] += len(to_ack)
@@ -708,10 +752,18 @@ class PushConsumer:
             counters["consume_failures"] += failures
         if to_ack:
             acks.add_many(to_ack, now)
-        if follow_ups:
-            for d in follow_ups:
-                d.queue.in_listener += 1
-            self._executor.submit(follow_ups)
+
+    @staticmethod
+    def _head_entry(
+        q: _Queue, m: ReceivedMessage, token: object, deadline: float, batcher: AckBatcher
+    ) -> AckEntry:
+        """The ack / forward entry of a FIFO chain head: retried until settled while its queue is assigned
+        (`UNTIL_SETTLED`, tracked in `q.settling` so that a drop bounds it), else bounded by `deadline`."""
+        if q.pq.dropped:
+            return AckEntry(m.message_id, m.receipt_handle, deadline, token)
+        entry = AckEntry(m.message_id, m.receipt_handle, UNTIL_SETTLED, token)
+        q.settling[entry] = batcher
+        return entry
 
     def _nack(self, d: _Delivery, deadline: float) -> None:
         """FAILURE: ChangeInvisibleDuration by the server's backoff for this delivery attempt (§4.7)."""
@@ -745,26 +797,24 @@ class PushConsumer:
         if not fifo:
             logger.info("close: %d received messages were not started; nacked for redelivery", len(unstarted))
 
-    def _fifo_failed(self, d: _Delivery, now: float) -> bool:
-        """A FIFO message failed: retry locally on a loop timer, or dead-letter it. True when settled."""
+    def _fifo_failed(self, d: _Delivery, now: float) -> None:
+        """A FIFO message failed: retry locally on a loop timer, or dead-letter it. Either way it stays at the
+        head of its chain: the group goes on once the forward has settled (`_heads_settled`)."""
         policy = self.session.settings.retry_policy
         if fifo_failure_action(d.attempt, policy.max_attempts) is FifoAction.RETRY:
             delay = policy.next_delay(d.attempt)
             d.attempt += 1
             loop = asyncio.get_running_loop()
             self._fifo_timers[d] = loop.call_later(delay, self._fifo_retry, d)
-            return False
+            return
         m = d.message
-        assert self._dlq is not None
-        entry = AckEntry(
-            m.message_id,
-            m.receipt_handle,
-            now + self.ack_retry_window,
-            _Token(d.queue, m.topic, m.message_id, d.attempt, d),
-        )
-        d.queue.acks_pending += 1
-        self._dlq.add(d.queue.ack_key, entry)
-        return True
+        q = d.queue
+        dlq = self._dlq
+        assert dlq is not None
+        token = _Token(q, m.topic, m.message_id, d.attempt, d)
+        entry = self._head_entry(q, m, token, now + self.ack_retry_window, dlq.batcher)
+        q.acks_pending += 1
+        dlq.add(q.ack_key, entry)
 
     def _fifo_retry(self, d: _Delivery) -> None:
         self._fifo_timers.pop(d, None)
@@ -832,6 +882,8 @@ class PushConsumer:
 
     def _acks_finished(self, finished: list[tuple[AckEntry, Fate]]) -> None:
         self._release([entry.token for entry, _fate in finished])
+        if self._session is not None and self._session.settings.fifo:
+            self._heads_settled(finished)
 
     def _nacks_finished(self, finished: list[tuple[AckEntry, Fate]]) -> None:
         self._counters["nacked"] += sum(1 for _entry, fate in finished if fate is Fate.ACKED)
@@ -840,6 +892,36 @@ class PushConsumer:
     def _dlq_finished(self, finished: list[tuple[AckEntry, Fate]]) -> None:
         self._counters["dead_lettered"] += sum(1 for _entry, fate in finished if fate is Fate.ACKED)
         self._release([entry.token for entry, _fate in finished])
+        self._heads_settled(finished)
+
+    def _heads_settled(self, finished: list[tuple[AckEntry, Fate]]) -> None:
+        """FIFO chain heads whose ack or dead-letter forward left its batcher: the core decides whether the
+        chain goes on (`FifoSequencer.settled`); the next messages are handed to the listener pool."""
+        follow_ups: list[_Delivery] = []
+        for entry, fate in finished:
+            token = entry.token
+            d = token if type(token) is _Delivery else getattr(token, "delivery", None)
+            if not isinstance(d, _Delivery):
+                continue  # a corrupted message's forward: never in a chain
+            q = d.queue
+            if q.settling.pop(entry, None) is None or q.fifo is None:
+                continue  # not a head its group waits for (the queue was dropped: the chain is gone)
+            nxt = q.fifo.settled(d, fate)
+            if nxt is not None:
+                follow_ups.append(nxt)
+            elif not releases_chain(fate):
+                logger.warning(
+                    "FIFO message %s of %s given up (%s) before the server settled it: its message group "
+                    "stays blocked until the queue moves or the consumer closes, when the server "
+                    "redelivers it ahead of the rest of its group",
+                    d.message.message_id,
+                    q.id,
+                    fate.name,
+                )
+        if follow_ups and not self._closing and self._executor is not None:
+            for d in follow_ups:
+                d.queue.in_listener += 1
+            self._executor.submit(follow_ups)
 
     def _release(self, tokens: list[object]) -> None:
         """Settled (acked, nacked, forwarded or given up): the messages leave the cache, making room.
@@ -1001,6 +1083,10 @@ class _PushTelemetry(TelemetryHandler):
         # Server Settings win: batch size, long polling, request timeout (fifo, backoff: read where used).
         c._budget.apply_settings(c._session.settings)
         # FIFO queues keep one receive at a time: a second receive could only come back out of order.
-        c._budget.max_receives_in_flight = 1 if c._session.settings.fifo else c._receives_per_queue
+        fifo = c._session.settings.fifo
+        c._budget.max_receives_in_flight = 1 if fifo else c._receives_per_queue
+        if c._acks is not None:
+            # A FIFO group's next message waits for each ack (reference §4.6): no linger, FIFO retry schedule.
+            c._acks.batcher.config = fifo_settle_config(c._ack_config) if fifo else c._ack_config
         for q in c._queues.values():
             q.event.set()
