@@ -31,6 +31,7 @@ import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from thrust.server.app import GroupSpec, ServerConfig, TopicSpec, parse_group, parse_topic
 from thrust.server.faults import Faults, Rpc, Stats
@@ -65,11 +66,13 @@ async def embedded_server(
     transaction_check_after: float = 6.0,
     transaction_check_interval: float = 6.0,
     client_expiry: float = 120.0,
+    **options: Any,
 ) -> AsyncIterator[EmbeddedServer]:
     """Run an `EmbeddedServer` on the current event loop for the duration of the block.
 
     `topics` are `NAME[:QUEUES[:TYPE]][@B1+B2]` strings or `TopicSpec`s, `groups` `NAME[:fifo]` or
-    `GroupSpec`s.
+    `GroupSpec`s. `options` are further `ServerConfig` fields (limits and timeouts such as
+    `channel_expiry=2.0`, `max_pending_polls=1`, `date_time_window=...`).
     With `auto_create` unknown topics are created on first use. The server object exposes `endpoints`
     (`"127.0.0.1:PORT"` per broker), `ports`, `brokers`, `catalog`, `faults` and `stats`.
     """
@@ -87,6 +90,7 @@ async def embedded_server(
         transaction_check_after=transaction_check_after,
         transaction_check_interval=transaction_check_interval,
         client_expiry=client_expiry,
+        **options,
     )
     server = EmbeddedServer(config, faults=faults)
     await server.start()

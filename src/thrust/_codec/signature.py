@@ -10,8 +10,11 @@ module, whose parsing `parse_authorization` mirrors.
 
 from __future__ import annotations
 
+import calendar
+import datetime
 import hashlib
 import hmac
+import re
 import time
 from dataclasses import dataclass
 from typing import Final
@@ -25,6 +28,7 @@ __all__ = [
     "DATE_TIME_HEADER",
     "SIGNED_HEADERS",
     "Authorization",
+    "date_time_instants",
     "format_date_time",
     "parse_authorization",
     "sign",
@@ -46,9 +50,41 @@ def format_date_time(epoch_seconds: float) -> str:
     """The `x-mq-date-time` value, `yyyyMMdd'T'HHmmss'Z'`.
 
     Java and the Python 5.1.2 client format the *local* time with a literal `Z`, so their value is
-    not really UTC. We use UTC, which makes the `Z` true. It does not matter for compatibility: the
-    server only uses the string as HMAC input and never checks its freshness."""
+    not really UTC. We use UTC, which makes the `Z` true (catalogue C2). The upstream proxy only uses
+    the string as HMAC input; the embedded server may also check its freshness (`date_time_instants`)."""
     return time.strftime(_DATE_TIME_FORMAT, time.gmtime(int(epoch_seconds)))
+
+
+_COMPACT = re.compile(r"(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})(\d{2})Z", re.ASCII)
+_MAX_DATE_TIME_LENGTH: Final = 64
+
+
+def date_time_instants(value: str) -> tuple[float, ...]:
+    """The instants (epoch seconds) an `x-mq-date-time` value may stand for; () when it is not a time.
+
+    `yyyyMMdd'T'HHmmss'Z'` gives two readings: UTC (thrust, and every client whose local zone is UTC)
+    and this host's local time, because Java and the Python 5.1.2 client format their *local* time with
+    a literal `Z` (reference 2): a client in the server's zone is then recognised too. RFC 3339 with an
+    offset (the Rust client's local time) is one absolute instant; without an offset it gets both
+    readings as well."""
+    if len(value) > _MAX_DATE_TIME_LENGTH:
+        return ()
+    match = _COMPACT.fullmatch(value)
+    try:
+        if match is not None:
+            y, mo, d, h, mi, sec = (int(g) for g in match.groups())
+            naive = datetime.datetime(y, mo, d, h, mi, sec)  # range check (month 13, second 61...)
+        else:
+            parsed = datetime.datetime.fromisoformat(value)
+            if parsed.tzinfo is not None:
+                return (parsed.timestamp(),)
+            naive = parsed.replace(microsecond=0)
+        as_tuple = naive.timetuple()
+        utc = float(calendar.timegm(as_tuple))
+        local = time.mktime((*as_tuple[:8], -1))
+    except (ValueError, OverflowError):
+        return ()
+    return (utc,) if local == utc else (utc, local)
 
 
 def _hmac_sha1(secret_key: str, date_time: str) -> bytes:

@@ -8,11 +8,12 @@ import contextlib
 import logging
 import os
 import signal
+import stat
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from thrust.server.app import ServerConfig, parse_group, parse_topic
+from thrust.server.app import MAX_INBOUND_MESSAGE_SIZE, ServerConfig, parse_group, parse_topic
 from thrust.server.faults import Faults, apply_fault_flag
 from thrust.server.service import EmbeddedServer
 
@@ -30,7 +31,14 @@ topic; QueryRoute on any port lists all of them. Once a port accepts connections
 exactly one line "listening on HOST:PORT" per broker on stdout. Logs go to stderr.
 
 With --tls-cert/--tls-key every port serves TLS instead of plaintext (grpc Python cannot serve both on one
-port, unlike the Java proxy). The secret key may also come from the THRUST_SECRET_KEY environment variable.
+port, unlike the Java proxy); a --tls-key file that other users can access is refused. The secret key may
+also come from the THRUST_SECRET_KEY environment variable (better than --secret-key, which other local
+users can read in the process list).
+
+Security defaults: only 127.0.0.1 is bound. A non-loopback --host needs authentication AND TLS, or
+--insecure-allow-remote. With authentication and without TLS, a request whose x-mq-date-time is more than
+15 minutes from the server's clock is refused (the signature covers only that header, so a captured one
+could otherwise be replayed for ever).
 
 Not supported: offset-mode consumption (PullMessage, UpdateOffset, GetOffset, QueryOffset) and lite
 topics (SyncLiteSubscription) answer NOT_IMPLEMENTED.
@@ -112,7 +120,15 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--insecure-allow-remote",
         action="store_true",
-        help="allow a non-loopback --host without authentication",
+        help="allow a non-loopback --host without authentication, or with authentication but without TLS "
+        "(signatures can then be captured and replayed)",
+    )
+    parser.add_argument(
+        "--date-time-window",
+        default="auto",
+        metavar="SECONDS|auto",
+        help="with authentication: refuse requests whose x-mq-date-time is further than this from the "
+        "server's clock; auto (default) is 900 without TLS and off with TLS; 0 turns the check off",
     )
     parser.add_argument(
         "--advertise-host", default=None, help="host put in routes when the client sends none"
@@ -129,11 +145,92 @@ def register(subparsers: Any) -> None:
         default=120.0,
         help="seconds after a client's telemetry closed before its in-flight messages are released",
     )
+    limits = parser.add_argument_group("connection limits (0 turns a limit off where noted)")
+    limits.add_argument(
+        "--max-inbound-message-size",
+        type=int,
+        default=MAX_INBOUND_MESSAGE_SIZE,
+        metavar="BYTES",
+        help=f"largest gRPC message accepted (default {MAX_INBOUND_MESSAGE_SIZE}, the proxy's 130 MiB)",
+    )
+    limits.add_argument(
+        "--max-pending-polls",
+        type=int,
+        default=1024,
+        metavar="N",
+        help="ReceiveMessage calls that may wait at once per consumer group on one broker; more answer "
+        "TOO_MANY_REQUESTS (default 1024; 0: no limit)",
+    )
+    limits.add_argument(
+        "--min-ping-interval",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="clients pinging more often get GOAWAY too_many_pings (default 10; 0: any rate)",
+    )
+    limits.add_argument(
+        "--keepalive-time",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="ping a connection silent for this long (default 60; 0: never)",
+    )
+    limits.add_argument(
+        "--keepalive-timeout",
+        type=float,
+        default=20.0,
+        metavar="SECONDS",
+        help="close a connection whose ping is not acknowledged within this (default 20)",
+    )
+    limits.add_argument(
+        "--idle-timeout",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="close a connection without any call for this long (default 120, like the proxy; 0: never)",
+    )
+    limits.add_argument(
+        "--handshake-timeout",
+        type=float,
+        default=20.0,
+        metavar="SECONDS",
+        help="close a connection that has not completed its TLS/HTTP/2 handshake within this (default 20)",
+    )
+    limits.add_argument(
+        "--channel-expiry",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="forget a client that sent no call or telemetry for this long: end its streams and long "
+        "polls, release its messages (default 120, like the proxy; 0: never)",
+    )
     parser.add_argument("--log-level", default="INFO", help="log level (default INFO)")
     for kind in _FAULT_KINDS:
         parser.add_argument(f"--fault-{kind}", action="append", default=[], help=argparse.SUPPRESS)
     parser.add_argument("--fault-seed", type=int, default=0, help=argparse.SUPPRESS)
     parser.set_defaults(func=run)
+
+
+def _read_private(path: Path, flag: str) -> bytes:
+    """A secret file's bytes; refused when other users may access it (catalogue S10, as ssh and
+    PostgreSQL refuse such private keys; group access stays allowed, e.g. Debian's ssl-cert group)."""
+    mode = path.stat().st_mode
+    if mode & stat.S_IRWXO:
+        raise ValueError(
+            f"{flag} {path} is accessible to other users (mode {stat.S_IMODE(mode):04o}); "
+            f"run: chmod o-rwx {path}"
+        )
+    return path.read_bytes()
+
+
+def _date_time_window(text: str) -> float | Literal["auto"] | None:
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"--date-time-window {text!r} is neither a number of seconds nor auto") from None
+    return value or None
 
 
 def _config(args: argparse.Namespace) -> ServerConfig:
@@ -144,6 +241,7 @@ def _config(args: argparse.Namespace) -> ServerConfig:
     ports: tuple[int, ...] = ()
     if args.ports:
         ports = tuple(int(p) for p in args.ports.split(",") if p.strip())
+    window = _date_time_window(args.date_time_window)
     return ServerConfig(
         host=args.host,
         port=args.port,
@@ -155,11 +253,20 @@ def _config(args: argparse.Namespace) -> ServerConfig:
         groups=tuple(parse_group(g) for g in args.group),
         credentials={args.access_key: args.secret_key} if args.access_key else {},
         tls_cert=args.tls_cert.read_bytes() if args.tls_cert else None,
-        tls_key=args.tls_key.read_bytes() if args.tls_key else None,
+        tls_key=_read_private(args.tls_key, "--tls-key") if args.tls_key else None,
         insecure_allow_remote=args.insecure_allow_remote,
         advertise_host=args.advertise_host,
         transaction_check_after=args.transaction_check_after,
         client_expiry=args.client_expiry,
+        date_time_window=window,
+        max_inbound_message_size=args.max_inbound_message_size,
+        max_pending_polls=args.max_pending_polls,
+        min_ping_interval=args.min_ping_interval,
+        keepalive_time=args.keepalive_time,
+        keepalive_timeout=args.keepalive_timeout,
+        idle_timeout=args.idle_timeout,
+        handshake_timeout=args.handshake_timeout,
+        channel_expiry=args.channel_expiry,
     )
 
 

@@ -5,10 +5,25 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Final, Literal
 
 from thrust.server.core.model import MessageType, RetryPolicy
 
-__all__ = ["GroupSpec", "ServerConfig", "TopicSpec", "parse_group", "parse_topic"]
+__all__ = [
+    "DEFAULT_DATE_TIME_WINDOW",
+    "MAX_INBOUND_MESSAGE_SIZE",
+    "GroupSpec",
+    "ServerConfig",
+    "TopicSpec",
+    "parse_group",
+    "parse_topic",
+]
+
+MAX_INBOUND_MESSAGE_SIZE: Final = 130 * 1024 * 1024
+"""The proxy's `grpcMaxInboundMessageSize` (130 MiB, catalogue 1c): a 4 MiB body plus any overhead fits."""
+
+DEFAULT_DATE_TIME_WINDOW: Final = 15 * 60.0
+"""Catalogue S5: +-15 min on `x-mq-date-time` when auth is on and TLS is off."""
 
 _MIXED = (MessageType.NORMAL, MessageType.FIFO, MessageType.DELAY, MessageType.TRANSACTION)
 
@@ -104,6 +119,31 @@ class ServerConfig:
         client_expiry: seconds after a client's last Telemetry stream closed before its auto-renewed
             in-flight messages are released (the proxy's channel expiry is 120 s).
         broker_prefix: brokers are named `<prefix>-0`, `<prefix>-1`, ...
+
+    Security and resource limits (reliability catalogue section 4, S5, S7, S8, S12); every duration in
+    seconds:
+        date_time_window: how far `x-mq-date-time` may be from the server's clock when authentication is
+            on (S5: the signature covers only that header, so a captured one replays for as long as the
+            server accepts its date). "auto": `DEFAULT_DATE_TIME_WINDOW` without TLS, no check with TLS;
+            0 or None: no check.
+        max_inbound_message_size: gRPC max inbound message in bytes (S8; the proxy's 130 MiB).
+        max_pending_polls: ReceiveMessage calls that may wait at once per consumer group on one broker;
+            the next one answers TOO_MANY_REQUESTS (S8; upstream's pop hold queue, `popPollingSize`
+            1024, answers POLLING_FULL). 0: no limit.
+        min_ping_interval: the shortest interval between client pings the server tolerates; a client
+            pinging faster gets GOAWAY `too_many_pings` after 2 strikes (S8). 10 s = thrust's keepalive
+            (Java pings every 300 s). 0: any rate.
+        keepalive_time / keepalive_timeout: the server pings a connection it has not heard from for
+            `keepalive_time` and closes it when the ack takes longer than `keepalive_timeout` (S12: a
+            half-open peer's fd is freed). 0: no server pings (gRPC's default, 2 h).
+        idle_timeout: a connection without any call for this long is closed with GOAWAY (S8; upstream
+            `maxConnectionIdle` 120 s). A client's open Telemetry stream is a call. 0: never.
+        handshake_timeout: a connection must complete its TLS and HTTP/2 handshake (send its SETTINGS)
+            within this, else it is closed (S12, slow-loris; gRPC's default is 120 s).
+        channel_expiry: a client heard from neither by a call nor by a Telemetry command for this long is
+            expired, even when its streams still look open: its Telemetry streams are ended, its parked
+            long polls answered, its settings forgotten and its auto-renewed messages released (S12;
+            upstream `channelExpiredTimeout` 120 s; clients heartbeat every 10-30 s). 0: never.
     """
 
     host: str = "127.0.0.1"
@@ -123,6 +163,44 @@ class ServerConfig:
     transaction_check_interval: float = 6.0
     client_expiry: float = 120.0
     broker_prefix: str = "broker"
+    date_time_window: float | Literal["auto"] | None = "auto"
+    max_inbound_message_size: int = MAX_INBOUND_MESSAGE_SIZE
+    max_pending_polls: int = 1024
+    min_ping_interval: float = 10.0
+    keepalive_time: float = 60.0
+    keepalive_timeout: float = 20.0
+    idle_timeout: float = 120.0
+    handshake_timeout: float = 20.0
+    channel_expiry: float = 120.0
+
+    def effective_date_time_window(self) -> float | None:
+        """The `x-mq-date-time` window in force (None: not checked)."""
+        if not self.credentials:
+            return None
+        window = self.date_time_window
+        if window == "auto":
+            return None if self.tls_cert else DEFAULT_DATE_TIME_WINDOW
+        return float(window) if window else None
+
+    def check_limits(self) -> None:
+        """Raise ValueError for a limit that makes no sense (negative, or a zero that cannot mean "off")."""
+        window = self.date_time_window
+        if window != "auto" and window is not None and not float(window) >= 0:
+            raise ValueError("date_time_window must be >= 0, None or 'auto'")
+        if self.max_inbound_message_size < 1024:
+            raise ValueError("max_inbound_message_size must be at least 1024 bytes")
+        for name in (
+            "max_pending_polls",
+            "min_ping_interval",
+            "keepalive_time",
+            "idle_timeout",
+            "channel_expiry",
+        ):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name} must be >= 0 (0 turns it off)")
+        for name in ("keepalive_timeout", "handshake_timeout"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0")
 
     @classmethod
     def build(

@@ -5,21 +5,26 @@ the client version and the namespace; with authentication on, `DefaultAuthentica
 parses `authorization` and checks the HMAC-SHA1 of `x-mq-date-time`. Without authentication the
 `authorization` header is ignored entirely (the Python client always sends one, with an empty
 Credential). Request id, namespace and protocol headers are never required.
+
+Unlike the proxy, a freshness window on `x-mq-date-time` can be enforced (catalogue S5): the signature
+covers only that header, so without a window a captured header is a credential for ever.
 """
 
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
-from thrust._codec.signature import parse_authorization, verify
+from thrust._codec.signature import date_time_instants, parse_authorization, verify
 from thrust._codec.status import Code
 from thrust._codec.validation import Invalid, is_blank
 
 __all__ = ["Authenticator", "Caller", "is_loopback"]
 
 _CALLER_CACHE = 4096
+_DATE_CACHE = 64
 _CLIENT_ID = "x-mq-client-id"
 _CLIENT_VERSION = "x-mq-client-version"
 _AUTHORIZATION = "authorization"
@@ -39,14 +44,27 @@ class Authenticator:
 
     Args:
         credentials: access key → secret key; None or empty disables authentication.
+        date_time_window: with authentication, how many seconds `x-mq-date-time` may be from `clock()`
+            (either way); None or 0: not checked.
+        clock: the server's clock (epoch seconds); tests move it to replay a header "later".
     """
 
-    __slots__ = ("_callers", "_credentials")
+    __slots__ = ("_callers", "_credentials", "_dates", "clock", "date_time_window")
 
-    def __init__(self, credentials: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        credentials: Mapping[str, str] | None = None,
+        *,
+        date_time_window: float | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self._credentials = dict(credentials or {})
         # One Caller per (client id, version), reused on every call of that client (bounded).
         self._callers: dict[tuple[str, str | None], Caller] = {}
+        self.date_time_window = date_time_window or None
+        self.clock = clock
+        # Clients send the same date-time string for a whole second: parse each once (bounded).
+        self._dates: dict[str, tuple[float, ...]] = {}
 
     @property
     def enabled(self) -> bool:
@@ -94,6 +112,32 @@ class Authenticator:
         if not isinstance(date_time, str) or not verify(auth, secret, date_time):
             # `verify` compares in constant time (hmac.compare_digest).
             raise Invalid(Code.UNAUTHORIZED, "signature does not match")
+        if self.date_time_window is not None:
+            # Checked after the signature, so only a holder of the secret learns about the clock.
+            self._check_fresh(date_time, self.date_time_window)
+
+    def _check_fresh(self, date_time: str, window: float) -> None:
+        instants = self._dates.get(date_time)
+        if instants is None:
+            instants = date_time_instants(date_time)
+            if len(self._dates) >= _DATE_CACHE:
+                self._dates.clear()
+            self._dates[date_time] = instants
+        if not instants:
+            raise Invalid(
+                Code.UNAUTHORIZED,
+                "x-mq-date-time is not a time this server understands "
+                "(expected yyyyMMdd'T'HHmmss'Z' or RFC 3339)",
+            )
+        now = self.clock()
+        skew = min(abs(t - now) for t in instants)
+        if skew > window:
+            # Neither the header nor the signature is echoed: the skew is all a caller needs to act on.
+            raise Invalid(
+                Code.UNAUTHORIZED,
+                f"x-mq-date-time is {skew:.0f} s away from the server's clock, outside the allowed "
+                f"+-{window:.0f} s (clock skew, or a replayed request)",
+            )
 
 
 def is_loopback(host: str) -> bool:

@@ -41,7 +41,7 @@ from thrust._codec.validation import (
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as d
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as s
 from thrust._proto.apache.rocketmq.v2 import service_pb2_grpc as g
-from thrust.server.app import ServerConfig
+from thrust.server.app import MAX_INBOUND_MESSAGE_SIZE, ServerConfig
 from thrust.server.auth import Authenticator, Caller, is_loopback
 from thrust.server.convert import (
     delivery_pb,
@@ -61,27 +61,55 @@ __all__ = ["MAX_RECEIVE_MESSAGE_LENGTH", "EmbeddedServer", "MessagingServicer"]
 
 logger = logging.getLogger("thrust.server")
 
-MAX_RECEIVE_MESSAGE_LENGTH: Final = 130 * 1024 * 1024
-"""The proxy's `maxInboundMessageSize` (130 MiB): a 4 MiB body plus any overhead fits."""
+MAX_RECEIVE_MESSAGE_LENGTH: Final = MAX_INBOUND_MESSAGE_SIZE
+"""The default max inbound message (`ServerConfig.max_inbound_message_size`): the proxy's 130 MiB."""
 
 _MAX_PENDING_CALLS: Final = 1 << 16
-_SERVER_OPTIONS: Final = (
-    ("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_LENGTH),
-    ("grpc.max_send_message_length", -1),
-    # Java clients ping every 300 s even without calls (reference 2); never answer that with GOAWAY.
-    ("grpc.keepalive_permit_without_calls", 1),
-    ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
-    ("grpc.http2.max_ping_strikes", 0),
-    # Without this a second server could silently share a port (SO_REUSEPORT), hiding a port clash.
-    ("grpc.so_reuseport", 0),
-    # gRPC core queues calls that arrived before the Python server asked for them, and past 1000 queued
-    # calls it cancels new ones at random (CANCELLED, before any handler runs; hard limit 3000). A client
-    # pipelining ~1000 sends outruns the single-threaded asyncio loop, so that backlog protection
-    # cancelled sends. A RocketMQ proxy (grpc-java) has no such limit: it answers overload with
-    # TOO_MANY_REQUESTS, never by cancelling the stream. Deadlines still bound every queued call.
-    ("grpc.server.max_pending_requests", _MAX_PENDING_CALLS),
-    ("grpc.server.max_pending_requests_hard_limit", _MAX_PENDING_CALLS),
-)
+# gRPC core's default: the third ping inside `min_ping_interval` without data sent gets GOAWAY.
+_MAX_PING_STRIKES: Final = 2
+
+
+def _ms(seconds: float) -> int:
+    return max(1, round(seconds * 1000))
+
+
+def _server_options(config: ServerConfig) -> list[tuple[str, Any]]:
+    """grpc.aio server arguments: the transport limits of catalogue S8 and S12 from `config`."""
+    options: list[tuple[str, Any]] = [
+        # S8: bounded inbound messages (the proxy's grpcMaxInboundMessageSize, 130 MiB by default).
+        ("grpc.max_receive_message_length", config.max_inbound_message_size),
+        ("grpc.max_send_message_length", -1),
+        # S8 keepalive enforcement. Clients may ping without calls (Java pings every 300 s even when idle,
+        # thrust every 10 s: reference 2, catalogue C6); a client pinging more often than
+        # `min_ping_interval` gets GOAWAY too_many_pings after `_MAX_PING_STRIKES` strikes.
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_ping_interval_without_data_ms", _ms(config.min_ping_interval)),
+        ("grpc.http2.max_ping_strikes", _MAX_PING_STRIKES if config.min_ping_interval else 0),
+        # S12: a connection that does not finish its TLS/HTTP/2 handshake in time is closed (slow loris).
+        ("grpc.server_handshake_timeout_ms", _ms(config.handshake_timeout)),
+        # Without this a second server could silently share a port (SO_REUSEPORT), hiding a port clash.
+        ("grpc.so_reuseport", 0),
+        # gRPC core queues calls that arrived before the Python server asked for them, and past 1000 queued
+        # calls it cancels new ones at random (CANCELLED, before any handler runs; hard limit 3000). A client
+        # pipelining ~1000 sends outruns the single-threaded asyncio loop, so that backlog protection
+        # cancelled sends. A RocketMQ proxy (grpc-java) has no such limit: it answers overload with
+        # TOO_MANY_REQUESTS, never by cancelling the stream. Deadlines still bound every queued call.
+        ("grpc.server.max_pending_requests", _MAX_PENDING_CALLS),
+        ("grpc.server.max_pending_requests_hard_limit", _MAX_PENDING_CALLS),
+    ]
+    if config.idle_timeout:
+        # S8: the proxy closes a connection without calls after maxConnectionIdle (120 s, reference 2).
+        options.append(("grpc.max_connection_idle_ms", _ms(config.idle_timeout)))
+    if config.keepalive_time:
+        # S12: ping a silent connection and close it when the ack does not come, so a half-open peer's
+        # fd (and its calls) are freed; grpc's server default is one ping per 2 h.
+        options.append(("grpc.keepalive_time_ms", _ms(config.keepalive_time)))
+        options.append(("grpc.keepalive_timeout_ms", _ms(config.keepalive_timeout)))
+        # A keepalive that fires while another ping (a BDP probe) is unanswered waits for that ping, whose
+        # ack is bounded by the ping timeout (60 s by default), not by the keepalive timeout.
+        options.append(("grpc.http2.ping_timeout_ms", _ms(config.keepalive_timeout)))
+    return options
+
 
 _TELEMETRY_QUEUE: Final = 1024  # outgoing commands buffered per stream
 _FILTER_CACHE: Final = 1024
@@ -146,6 +174,26 @@ class _Session:
             return False
         return True
 
+    def end(self, status: grpc.StatusCode, details: str) -> None:
+        """End the stream with `status`, dropping the commands not written yet (even from a full queue)."""
+        self.abort = (status, details)
+        while not self.queue.empty():
+            self.queue.get_nowait()
+        self.queue.put_nowait(None)
+
+
+class _Client:
+    """What the server remembers of a client id between its calls: when it was last heard from (any call
+    or Telemetry command; upstream expires a channel after `channelExpiredTimeout`, reference 7.2) and
+    its parked long polls, answered at once when it expires."""
+
+    __slots__ = ("expired", "last_seen", "polls")
+
+    def __init__(self) -> None:
+        self.last_seen = 0.0
+        self.expired = False
+        self.polls: set[asyncio.Future[None]] = set()
+
 
 class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
     """`MessagingService` for one broker (one port) of an `EmbeddedServer`."""
@@ -177,7 +225,9 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
             if early is not None:
                 return fail(early)
         try:
-            result = work(self._auth.check(context.invocation_metadata() or ()))
+            caller = self._auth.check(context.invocation_metadata() or ())
+            self._server.seen(caller.client_id)
+            result = work(caller)
         except (Invalid, BrokerError) as exc:
             result = fail(_error_status(exc))
         except Exception as exc:  # the proxy's catch-all (reference 7.1): never a gRPC INTERNAL
@@ -526,6 +576,7 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
         context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
     ) -> list[Delivery]:
         caller = self._auth.check(context.invocation_metadata() or ())
+        client = self._server.seen(caller.client_id)
         settings = self._server.client_settings(caller.client_id)
         request_timeout = settings.request_timeout if settings is not None else DEFAULT_REQUEST_TIMEOUT
         # Polling time: the request's, clamped to [5 s, 20 s], within the deadline (reference 7.5 step 2).
@@ -575,28 +626,40 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
         server = self._server
         loop = asyncio.get_running_loop()
         deadline = loop.time() + polling
-        while True:
-            deliveries = broker.pop(
-                client_id=caller.client_id,
-                group=group,
-                topic=topic,
-                queue_id=queue_id,
-                message_filter=message_filter,
-                batch_size=batch,
-                invisible_duration=invisible,
-                auto_renew=request.auto_renew,
-                attempt_id=attempt_id,
-                now=time.time(),
-            )
-            if deliveries:
-                server.reschedule(broker)
-                if request.auto_renew:
-                    server.track(caller.client_id)
-                return deliveries
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                return deliveries
-            await server.wait_for_change(index, topic, remaining)
+        parked: tuple[int, str] | None = None
+        try:
+            while True:
+                deliveries = broker.pop(
+                    client_id=caller.client_id,
+                    group=group,
+                    topic=topic,
+                    queue_id=queue_id,
+                    message_filter=message_filter,
+                    batch_size=batch,
+                    invisible_duration=invisible,
+                    auto_renew=request.auto_renew,
+                    attempt_id=attempt_id,
+                    now=time.time(),
+                )
+                if deliveries:
+                    server.reschedule(broker)
+                    if request.auto_renew:
+                        server.track(caller.client_id)
+                    return deliveries
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    return deliveries
+                if parked is None:
+                    # S8: a bounded number of waiting polls per group (upstream's pop hold queue answers
+                    # POLLING_FULL, which the proxy returns as TOO_MANY_REQUESTS; clients back off 20 ms).
+                    server.park(index, group)
+                    parked = (index, group)
+                await server.wait_for_change(index, topic, remaining, client)
+                if client.expired:  # S12: the client expired while it waited; answer "nothing"
+                    return []
+        finally:
+            if parked is not None:
+                server.unpark(*parked)
 
     async def AckMessage(
         self,
@@ -835,6 +898,7 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
         session = _Session(caller.client_id, self._index, context.peer())
         session.mute = action is not None and action.drop
         server = self._server
+        server.seen(caller.client_id)
         server.open_session(session)
         reader = asyncio.create_task(self._telemetry_reader(session, request_iterator))
         try:
@@ -855,6 +919,7 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
                 if _undecodable(command):
                     session.abort = (grpc.StatusCode.INVALID_ARGUMENT, "telemetry command cannot be decoded")
                     break
+                server.seen(session.client_id)
                 which = command.WhichOneof("command")
                 if which == "settings":
                     try:
@@ -911,6 +976,19 @@ class EmbeddedServer:
             )
         if bool(config.tls_cert) != bool(config.tls_key):
             raise ValueError("TLS needs both a certificate and a private key")
+        if (
+            not is_loopback(host)
+            and config.credentials
+            and not config.tls_cert
+            and not config.insecure_allow_remote
+        ):
+            # Catalogue S7: the signature covers only x-mq-date-time, so over plaintext anyone on the path
+            # can replay a captured header (within the date-time window).
+            raise ValueError(
+                f"refusing to accept signed requests over plaintext on non-loopback address {host!r}: "
+                "signatures can be captured and replayed; set tls_cert/tls_key or insecure_allow_remote"
+            )
+        config.check_limits()
         count = len(config.ports) if config.ports else config.brokers
         if count < 1:
             raise ValueError("at least one broker is needed")
@@ -936,7 +1014,9 @@ class EmbeddedServer:
         ]
         self.broker_by_name = {b.name: b for b in self.brokers}
         self.faults = faults if faults is not None else Faults()
-        self.authenticator = Authenticator(config.credentials)
+        self.authenticator = Authenticator(
+            config.credentials, date_time_window=config.effective_date_time_window()
+        )
         self.ports: list[int] = []
         self._servers: list[grpc.aio.Server] = []
         self._servicers = [MessagingServicer(self, i) for i in range(count)]
@@ -946,6 +1026,9 @@ class EmbeddedServer:
         self._pending: dict[str, asyncio.Future[s.TelemetryCommand]] = {}
         self._waiters: list[dict[str, set[asyncio.Future[None]]]] = [{} for _ in range(count)]
         self._held: set[asyncio.Future[None]] = set()
+        self._clients: dict[str, _Client] = {}
+        self._parked: dict[tuple[int, str], int] = {}
+        self._sweeper: asyncio.TimerHandle | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = float("inf")
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -976,9 +1059,10 @@ class EmbeddedServer:
         credentials = None
         if config.tls_cert and config.tls_key:
             credentials = grpc.ssl_server_credentials([(config.tls_key, config.tls_cert)])
+        options = _server_options(config)
         try:
             for i, servicer in enumerate(self._servicers):
-                server = grpc.aio.server(options=_SERVER_OPTIONS)
+                server = grpc.aio.server(options=options)
                 _register(server, servicer)
                 self._servers.append(server)
                 self.ports.append(self._bind(server, i, credentials))
@@ -992,6 +1076,15 @@ class EmbeddedServer:
             raise
         self._started = True
         self._schedule_timer()
+        self._schedule_sweep()
+        if not is_loopback(config.host):
+            logger.warning(
+                "listening on non-loopback address %s: authentication %s, TLS %s%s",
+                config.host,
+                "on" if config.credentials else "OFF",
+                "on" if config.tls_cert else "OFF",
+                " (insecure_allow_remote)" if config.insecure_allow_remote else "",
+            )
 
     def _bind(self, server: grpc.aio.Server, index: int, credentials: grpc.ServerCredentials | None) -> int:
         config = self.config
@@ -1028,6 +1121,9 @@ class EmbeddedServer:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
         for handle in self._expiry.values():
             handle.cancel()
         self._expiry.clear()
@@ -1153,8 +1249,85 @@ class EmbeddedServer:
         """NotifyClientTermination: forget the client's settings and release its in-flight messages
         (visible again after ~1 s, reference 7.2). False when the client had no settings."""
         known = self._settings.pop(client_id, None) is not None
+        self._clients.pop(client_id, None)
         self._release(client_id)
         return known
+
+    # ------------------------------------------------------------------------------------------
+    # client expiry (catalogue S12) and pending long polls (S8)
+
+    def seen(self, client_id: str) -> _Client:
+        """A call or Telemetry command from `client_id` arrived now; its record."""
+        client = self._clients.get(client_id)
+        if client is None:
+            client = _Client()
+            if self.config.channel_expiry:  # else nothing would ever remove it
+                self._clients[client_id] = client
+        client.last_seen = time.monotonic()
+        return client
+
+    def park(self, index: int, group: str) -> None:
+        """A ReceiveMessage of `group` on broker `index` starts waiting.
+
+        Raises:
+            Invalid(TOO_MANY_REQUESTS): `max_pending_polls` of the group are waiting there already.
+        """
+        key = (index, group)
+        waiting = self._parked.get(key, 0)
+        limit = self.config.max_pending_polls
+        if limit and waiting >= limit:
+            raise Invalid(
+                Code.TOO_MANY_REQUESTS,
+                f"too many long polls waiting for consumer group {group!r} on this broker (limit {limit})",
+            )
+        self._parked[key] = waiting + 1
+
+    def unpark(self, index: int, group: str) -> None:
+        key = (index, group)
+        waiting = self._parked.get(key, 0) - 1
+        if waiting > 0:
+            self._parked[key] = waiting
+        else:
+            self._parked.pop(key, None)
+
+    def pending_polls(self, group: str, broker: int | None = None) -> int:
+        """ReceiveMessage calls of `group` waiting now (on broker index `broker`, or on all)."""
+        return sum(n for (b, g), n in self._parked.items() if g == group and broker in (None, b))
+
+    def _schedule_sweep(self) -> None:
+        expiry = self.config.channel_expiry
+        if expiry and self._started and self._loop is not None:
+            # Expire within a quarter of the expiry (at most 5 s) after the deadline.
+            self._sweeper = self._loop.call_later(max(0.05, min(expiry / 4, 5.0)), self._sweep)
+
+    def _sweep(self) -> None:
+        self._sweeper = None
+        horizon = time.monotonic() - self.config.channel_expiry
+        silent = [cid for cid, client in self._clients.items() if client.last_seen < horizon]
+        for client_id in silent:
+            self.expire_client(client_id)
+        self._schedule_sweep()
+
+    def expire_client(self, client_id: str) -> None:
+        """Forget a client now, as after `channel_expiry` of silence: end its Telemetry streams, answer its
+        parked long polls with no message, drop its settings and release its auto-renewed messages (the
+        proxy's channel expiry, reference 7.2). A live client simply reconnects and registers again."""
+        client = self._clients.pop(client_id, None)
+        if client is not None:
+            client.expired = True
+            for fut in client.polls:
+                if not fut.done():
+                    fut.set_result(None)
+            client.polls.clear()
+        reason = f"client expired: nothing heard from it for {self.config.channel_expiry:g} s"
+        for session in self._sessions.pop(client_id, ()):
+            session.end(grpc.StatusCode.UNAVAILABLE, reason)
+        handle = self._expiry.pop(client_id, None)
+        if handle is not None:
+            handle.cancel()
+        self._settings.pop(client_id, None)
+        self._release(client_id)
+        logger.info("%s (%s)", reason, client_id)
 
     def _release(self, client_id: str) -> None:
         now = time.time()
@@ -1318,17 +1491,24 @@ class EmbeddedServer:
                             fut.set_result(None)
         self._schedule_timer()
 
-    async def wait_for_change(self, index: int, topic: str, within: float) -> None:
-        """Park until `changed(index, topic)` or the timer wakes broker `index`, or `within` seconds pass."""
+    async def wait_for_change(
+        self, index: int, topic: str, within: float, client: _Client | None = None
+    ) -> None:
+        """Park until `changed(index, topic)` or the timer wakes broker `index`, or `within` seconds pass
+        (or `client` expires)."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[None] = loop.create_future()
         parked = self._waiters[index].setdefault(topic, set())
         parked.add(fut)
+        if client is not None:
+            client.polls.add(fut)
         handle = loop.call_later(within, _resolve, fut)
         try:
             await fut
         finally:
             handle.cancel()
+            if client is not None:
+                client.polls.discard(fut)
             current = self._waiters[index].get(topic)
             if current is not None:
                 current.discard(fut)
