@@ -28,6 +28,7 @@ from thrust.errors import (
     ConnectionError,
     ForbiddenError,
     InternalError,
+    PayloadTooLargeError,
     ThrustError,
     TimeoutError,
     TooManyRequestsError,
@@ -72,12 +73,25 @@ _GRPC_TO_ERROR: dict[grpc.StatusCode, type[ThrustError]] = {
 }
 
 
+# How gRPC says a message is over the receiver's max message size: grpc core ("Received message larger
+# than max (N vs. M)") and grpc-java, i.e. the RocketMQ proxy ("gRPC message exceeds maximum size M").
+_TOO_LARGE_DETAILS = ("larger than max", "exceeds maximum size")
+
+
 def translate_grpc_error(exc: grpc.RpcError, request_id: str | None, what: str) -> ThrustError:
     """The ThrustError for a failed gRPC call (transport level: no RocketMQ status came back)."""
     code = exc.code() if isinstance(exc, grpc.aio.AioRpcError) else None
     details = (exc.details() if isinstance(exc, grpc.aio.AioRpcError) else None) or str(exc)
     if code == grpc.StatusCode.CANCELLED:
         return ClientClosedError(f"{what} cancelled: {details}", request_id=request_id)
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED and any(m in details for m in _TOO_LARGE_DETAILS):
+        # The request is over the server's max inbound message size (catalogue S8): the same call can
+        # never pass, so it is final (PAYLOAD_TOO_LARGE), not flow control to retry.
+        return PayloadTooLargeError(
+            f"{what} failed: RESOURCE_EXHAUSTED: {details}",
+            code=Code.PAYLOAD_TOO_LARGE,
+            request_id=request_id,
+        )
     cls = _GRPC_TO_ERROR.get(code, ConnectionError) if code is not None else ConnectionError
     name = code.name if code is not None else "RPC_ERROR"
     err = cls(f"{what} failed: {name}: {details}", request_id=request_id)
