@@ -78,6 +78,7 @@ FAULTS: tuple[tuple[str, Mode | None], ...] = (
 WARMUP = 300.0  # the catalogue's 5-minute warm-up before the RSS baseline
 RSS_GROWTH = 0.10
 FD_TASK_SLACK = 5
+STALL_S = 45.0  # the simple consumer got nothing for this long while healed: log where it waits
 CHECK_READS = 5  # readings per fd/task check sample (their minimum is recorded)
 HARNESS_TASK_PREFIX = "soak-"
 
@@ -139,6 +140,22 @@ def _proxy_fds(proxy_local: str, proxy_upstream: str) -> int:
     return n
 
 
+def _await_chain(task: asyncio.Task[Any]) -> list[str]:
+    """The chain of coroutines a task is suspended in, outermost first, and what the innermost awaits."""
+    out: list[str] = []
+    coro: Any = task.get_coro()
+    for _ in range(60):
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "gi_frame", None)
+        if frame is not None:
+            out.append(f"{frame.f_code.co_filename}:{frame.f_lineno} {frame.f_code.co_qualname}")
+        nxt = getattr(coro, "cr_await", None) or getattr(coro, "gi_yieldfrom", None)
+        if nxt is None:
+            out.append(f"awaits {coro!r}"[:300])
+            break
+        coro = nxt
+    return out
+
+
 def _client_task(task: asyncio.Task[Any]) -> bool:
     if task.get_name().startswith(HARNESS_TASK_PREFIX):
         return False
@@ -176,6 +193,11 @@ class _Soak:
         self.slow_sends = 0
         self.untyped_errors: list[str] = []
         self.windows: list[tuple[str, float, float]] = []
+        # Simple-consumer progress, to catch a consumer that stops receiving while the network is fine.
+        self.simple_last_got = time.monotonic()
+        self.simple_errors: dict[str, int] = {}
+        self.stalls: list[dict[str, Any]] = []
+        self._last_dump = 0.0
 
     async def produce(self, producer: thrust.Producer) -> None:
         interval = 1.0 / self.args.rate
@@ -231,9 +253,13 @@ class _Soak:
     async def _receive_once(self, consumer: thrust.SimpleConsumer) -> int:
         try:
             batch = await consumer.receive(32, 15)
-        except ThrustError:
+        except ThrustError as exc:
+            name = type(exc).__name__
+            self.simple_errors[name] = self.simple_errors.get(name, 0) + 1
             await asyncio.sleep(0.2)
             return 0
+        if batch:
+            self.simple_last_got = time.monotonic()
         refs = [
             self.simple_rec.delivered(_pid(m), m.message_id, attempt=m.delivery_attempt, consumer="simple")
             for m in batch
@@ -338,7 +364,25 @@ class _Soak:
     async def sample(self) -> None:
         while not self.stopping:
             self.take_sample()
+            self._watch_simple()
             await asyncio.sleep(self.args.sample_interval)
+
+    def _watch_simple(self) -> None:
+        """Diagnostics: when the simple consumer got nothing for STALL_S while healed, log where it waits."""
+        now = time.monotonic()
+        idle = now - self.simple_last_got
+        if self.fault or idle < STALL_S or now - self._last_dump < 120.0 or len(self.stalls) >= 10:
+            return
+        self._last_dump = now
+        where = {t.get_name(): _await_chain(t) for t in asyncio.all_tasks() if t.get_name() == "soak-simple"}
+        stall = {
+            "t": round(now - self.started, 1),
+            "idle_s": round(idle, 1),
+            "receive_errors": dict(self.simple_errors),
+            "await_chain": where.get("soak-simple", []),
+        }
+        self.stalls.append(stall)
+        print(f"simple consumer idle {idle:.0f}s while healed: {json.dumps(stall, indent=1)}", flush=True)
 
     def close(self) -> None:
         self.push_rec.close()
@@ -556,6 +600,8 @@ def _figures(state: _Soak, final: Any, end_fds: int, end_tasks: int) -> dict[str
         "duplicate_causes": {name: dict(r.duplicate_causes) for name, r in reports.items()},
         "recovery_times_s": {name: [round(x, 2) for x in r.recovery_times] for name, r in reports.items()},
         "fault_windows_s": state.windows,
+        "simple_receive_errors": state.simple_errors,
+        "simple_stalls": state.stalls,
         "ok": all(r.ok for r in reports.values())
         and bool(p5["rss_ok"])
         and bool(p5["fd_task_ok"])
@@ -588,6 +634,9 @@ def _print(figures: dict[str, Any]) -> None:
         print(f"hung sends: {figures['hung_sends']}; untyped errors: {figures['untyped_send_errors']}")
     print("P5: " + ", ".join(f"{k}={v}" for k, v in figures["p5"].items()))
     print(f"fault windows (name, from s, healed s): {figures['fault_windows_s']}")
+    print(f"simple consumer receive errors: {figures['simple_receive_errors']}")
+    for stall in figures["simple_stalls"]:
+        print(f"simple consumer stalled at t={stall['t']}s for {stall['idle_s']}s in: {stall['await_chain']}")
     print(f"recovery times after each heal (s): {figures['recovery_times_s']}")
     for name, summary in figures["reports"].items():
         print(f"[{name} group]\n{summary}")
