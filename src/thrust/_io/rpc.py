@@ -78,6 +78,23 @@ _GRPC_TO_ERROR: dict[grpc.StatusCode, type[ThrustError]] = {
 _TOO_LARGE_DETAILS = ("larger than max", "exceeds maximum size")
 
 
+def _task_cancelled() -> bool:
+    """Whether the running task is being cancelled, as opposed to only its gRPC call.
+
+    grpc.aio raises `asyncio.CancelledError` in the awaiting task when the *call* is cancelled, e.g.
+    because its channel was closed: transport recovery (reference §4.3) replaces a channel and closes the
+    old one after a grace, cancelling the calls still in flight on it. The task itself was not cancelled
+    then (`Task.cancelling() == 0`); the caller must get a typed, retriable error (`_channel_closed`)
+    instead of a bare CancelledError escaping a public call. A real cancellation is re-raised as it is."""
+    task = asyncio.current_task()
+    return task is None or task.cancelling() > 0
+
+
+def _channel_closed(what: str, request_id: str | None) -> ConnectionError:
+    # A transport failure: the request may or may not have been handled (a send's outcome is unknown).
+    return ConnectionError(f"{what} failed: the call was cancelled (channel closed)", request_id=request_id)
+
+
 def translate_grpc_error(exc: grpc.RpcError, request_id: str | None, what: str) -> ThrustError:
     """The ThrustError for a failed gRPC call (transport level: no RocketMQ status came back)."""
     code = exc.code() if isinstance(exc, grpc.aio.AioRpcError) else None
@@ -226,6 +243,10 @@ class RpcClient:
             response = await getattr(self._stub, rpc)(request, timeout=timeout, metadata=md)
         except grpc.RpcError as exc:
             raise translate_grpc_error(exc, Metadata.request_id_of(md), rpc) from None
+        except asyncio.CancelledError:
+            if _task_cancelled():
+                raise
+            raise _channel_closed(rpc, Metadata.request_id_of(md)) from None
         status = response.status
         code = status.code
         if code not in ok:
@@ -260,7 +281,9 @@ class RpcClient:
             raise translate_grpc_error(exc, Metadata.request_id_of(md), "ReceiveMessage") from None
         except asyncio.CancelledError:
             call.cancel()
-            raise
+            if _task_cancelled():
+                raise
+            raise _channel_closed("ReceiveMessage", Metadata.request_id_of(md)) from None
         if code == Code.MESSAGE_NOT_FOUND:
             return ReceiveResult(code, text, [], delivery)
         if code == -1:
