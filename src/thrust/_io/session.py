@@ -240,6 +240,14 @@ class ClientSession:
         if old is not None:
             self.spawn(old.close(self.config.request_timeout), f"thrust-close-channel-{endpoint}")
 
+    def _raise_if_closed(self, exc: ThrustError) -> None:
+        """A call whose channel `close()` shut under it failed with a ConnectionError (`rpc._channel_closed`):
+        report that the client closed, as for calls made after close, not a transport failure."""
+        if self._closing and isinstance(exc, errors.ConnectionError):
+            raise ClientClosedError(
+                f"the client closed during the call ({exc})", request_id=exc.request_id
+            ) from exc
+
     def _transport_failed(self, endpoint: Endpoint, client: RpcClient, exc: ThrustError) -> None:
         """Count a transport failure of a call on `client`; recover the transport after two in a row."""
         if exc.code is not None or self._closing:
@@ -377,6 +385,7 @@ class ClientSession:
                 rpc, request, self.settings.request_timeout if timeout is None else timeout, ok
             )
         except (errors.ConnectionError, errors.TimeoutError) as exc:
+            self._raise_if_closed(exc)
             self._transport_failed(endpoint, client, exc)
             raise
         else:
@@ -398,6 +407,7 @@ class ClientSession:
         try:
             result = await client.receive(request, timeout)
         except (errors.ConnectionError, errors.TimeoutError) as exc:
+            self._raise_if_closed(exc)
             self._transport_failed(endpoint, client, exc)
             raise
         else:
