@@ -600,18 +600,9 @@ def test_f22_poison_message_dead_lettered_after_exactly_max_attempts(fifo: bool)
     run(scenario)
 
 
-_FIFO_DLQ_BUG = (
-    "client bug: a FIFO push consumer hands the next message of a group to the listener once a poison "
-    "message exhausted its attempts, before its ForwardMessageToDeadLetterQueue has been answered "
-    "(push_consumer._on_results calls q.fifo.done(d) right after queueing the DLQ entry); Java waits for "
-    "the forward (ProcessQueueImpl.forwardToDeadLetterQueue, then eraseFifoMessage). If the forward "
-    "fails, the poison message is redelivered after later messages of its group: FIFO order is broken."
-)
-
-
 @pytest.mark.parametrize(
     "settle",
-    ["ack", pytest.param("dlq", marks=pytest.mark.xfail(strict=True, reason=_FIFO_DLQ_BUG))],
+    ["ack", "dlq"],
 )
 def test_f22_fifo_group_stays_blocked_until_the_head_is_settled_on_the_server(settle: str) -> None:
     """F22 / L4 order rule: within a FIFO message group, the next message is not delivered while the
@@ -637,13 +628,15 @@ def test_f22_fifo_group_stays_blocked_until_the_head_is_settled_on_the_server(se
                 for pid, mid in list(sent_ids.items()):
                     if pid in settled_seen:
                         continue
-                    if settle == "ack" and srv.stats.entries["AckMessage"] > len(settled_seen):
+                    if settle == "dlq" and pid == "head":
+                        if srv.stats.entries[DLQ_RPC] >= 1:
+                            settled_seen[pid] = 1
+                            rec.dead_lettered(pid, mid, attempt=2)
+                    elif pid in acked_refs and srv.stats.entries["AckMessage"] > sum(
+                        1 for p in settled_seen if p in acked_refs
+                    ):
                         settled_seen[pid] = 1
-                        if pid in acked_refs:
-                            rec.acked(acked_refs[pid])
-                    elif settle == "dlq" and pid == "head" and srv.stats.entries[DLQ_RPC] >= 1:
-                        settled_seen[pid] = 1
-                        rec.dead_lettered(pid, mid, attempt=2)
+                        rec.acked(acked_refs[pid])
                 local[m.message_id] = local.get(m.message_id, 0) + 1
                 ref = rec.delivered(
                     pid_of(m), m.message_id, group=m.message_group, attempt=local[m.message_id]
@@ -674,5 +667,124 @@ def test_f22_fifo_group_stays_blocked_until_the_head_is_settled_on_the_server(se
                 await asyncio.sleep(1.0)
         report = check(rec, require_ack=False)
         assert_report(report, "order")
+
+    run(scenario)
+
+
+# F3, latency hook (the SIGSTOP half is in test_faults_net.py) --------------------------------------
+
+# As the SIGSTOP half: a 1 s request timeout, so every 2-5 s delay outlasts it and the delayed call fails
+# on the client while the server, whose handler is cancelled at the deadline, never processes it.
+F3_REQUEST_TIMEOUT = 1.0
+F3_INVISIBLE = 10.0
+# P3 (catalogue §3.0): send <= request timeout x 3 attempts + backoff (<= 1 s per retry) + 1 s;
+# receive <= its deadline (the 5 s minimum poll + request timeout, `receive_deadline`) + 1 s;
+# ack <= request timeout + 1 s.
+F3_SEND_BOUND = F3_REQUEST_TIMEOUT * 3 + 2 * 1.0 + 1.0
+F3_RECEIVE_BOUND = max(1.0, 5.0) + F3_REQUEST_TIMEOUT + 1.0
+F3_ACK_BOUND = F3_REQUEST_TIMEOUT + 1.0
+F3_RPCS = (Rpc.SEND_MESSAGE, Rpc.RECEIVE_MESSAGE, Rpc.ACK_MESSAGE)
+
+
+@pytest.mark.slow
+def test_f3_slow_broker_delays_10_percent_of_calls_by_2_to_5s_bounded_nothing_lost() -> None:
+    """F3 (hook half): 10 % of SendMessage, ReceiveMessage and AckMessage calls are delayed by 2-5 s
+    (`Faults.delay_fraction`, seeded) while 6 producers send and a simple consumer receives and acks each
+    message. Every send completes within its bound and every receive and ack within theirs (P3); a send
+    that timed out on every attempt ends recovered or lost-unacked (allowed: not an OK send); every OK send
+    is delivered and nothing unexpected is (P1); a message whose ack was delayed past its deadline comes
+    back after its invisible time and is acked then (every delivery ends acked); duplicates stay within
+    the at-risk window (P2)."""
+
+    async def scenario() -> None:
+        faults = Faults(seed=3)
+        for rpc in F3_RPCS:
+            faults.delay_fraction(rpc, 0.1, 2.0, 5.0)
+        rec = HistoryRecorder()
+        receive_took: list[float] = []
+        ack_took: list[float] = []
+        acks: set[asyncio.Task[None]] = set()
+        stopping = False
+        async with embedded_server(topics=["t:4"], groups=["g"], faults=faults) as srv:
+            ep = srv.endpoints[0]
+            async with (
+                thrust.Producer(endpoints=ep, topics=["t"], request_timeout=F3_REQUEST_TIMEOUT) as p,
+                thrust.SimpleConsumer(
+                    endpoints=ep,
+                    group="g",
+                    subscriptions={"t": "*"},
+                    await_duration=1,
+                    request_timeout=F3_REQUEST_TIMEOUT,
+                ) as c,
+            ):
+
+                async def produce(name: str) -> None:
+                    i = 0
+                    while not stopping:
+                        pid = f"{name}-{i}"
+                        i += 1
+                        await send_recorded(rec, p, thrust.Message(topic="t", body=body(pid)), pid)
+                        await asyncio.sleep(0.01)
+
+                async def ack(m: thrust.ReceivedMessage, ref: int) -> None:
+                    started = time.monotonic()
+                    try:
+                        await c.ack(m)
+                    except thrust.ThrustError as exc:
+                        rec.ack_failed(ref, error=type(exc).__name__)
+                    else:
+                        rec.acked(ref)
+                    finally:
+                        ack_took.append(time.monotonic() - started)
+
+                async def consume() -> None:
+                    while not stopping:
+                        started = time.monotonic()
+                        try:
+                            # Small batches: more ReceiveMessage calls meet the 10 % fault.
+                            batch = await c.receive(4, F3_INVISIBLE)
+                        except thrust.ThrustError:
+                            batch = []
+                        receive_took.append(time.monotonic() - started)
+                        for m in batch:
+                            # One AckMessage per message, not awaited here: a slow ack must not hold
+                            # back receiving, and many ack calls meet the 10 % fault.
+                            task = asyncio.create_task(ack(m, record_delivery(rec, m)))
+                            acks.add(task)
+                            task.add_done_callback(acks.discard)
+
+                rec.fault_started("slow-10pct")
+                producers = [asyncio.create_task(produce(f"p{k}")) for k in range(6)]
+                consumers = [asyncio.create_task(consume()) for _ in range(6)]
+                await asyncio.sleep(6.0)
+                stopping = True
+                await asyncio.gather(*producers)
+                await asyncio.gather(*consumers)
+                await asyncio.gather(*list(acks))
+                faults.clear()
+                rec.fault_healed("slow-10pct")
+                delayed = {rpc.value: srv.stats.delayed[rpc.value] for rpc in F3_RPCS}
+                # OK sends not delivered yet, then deliveries whose ack failed: the server never applied
+                # those acks (the handler was still in its delay at the deadline), so each message comes
+                # back once its invisible time ends and is acked now.
+                events = rec.snapshot().events
+                invokes = {e.seq: e.payload_id for e in events if e.kind == "invoke"}
+                delivered = {e.payload_id for e in events if e.kind == "deliver"}
+                missing = [
+                    invokes[e.ref] for e in events if e.kind == "ok" and invokes[e.ref] not in delivered
+                ]
+                acked = {e.ref for e in events if e.kind == "ack"}
+                unacked = {e.payload_id for e in events if e.kind == "deliver" and e.seq not in acked}
+                unacked -= {e.payload_id for e in events if e.kind == "deliver" and e.seq in acked}
+                await drain(
+                    rec, c, [*missing, *unacked], budget=F3_INVISIBLE + 6, idle=0.3, invisible=F3_INVISIBLE
+                )
+        report = check(rec, call_bound=F3_SEND_BOUND, copies_per_send=3)
+        assert report.sends_ok > 100, report.summary
+        assert all(n > 0 for n in delayed.values()), delayed
+        assert report.sends_unknown + report.sends_failed >= report.recovered, report.summary
+        assert_report(report, "P1", "P2", "P3")
+        assert max(receive_took) <= F3_RECEIVE_BOUND, max(receive_took)
+        assert max(ack_took) <= F3_ACK_BOUND, max(ack_took)
 
     run(scenario)
