@@ -80,7 +80,10 @@ def test_without_auth_any_authorization_header_is_tolerated() -> None:
 def test_non_loopback_bind_needs_auth_or_explicit_waiver() -> None:
     with pytest.raises(ValueError, match="non-loopback"):
         EmbeddedServer(ServerConfig(host="0.0.0.0"))
-    EmbeddedServer(ServerConfig(host="0.0.0.0", credentials=CREDS))
+    # Auth over plaintext off loopback needs TLS or the waiver too (catalogue S7, tests/reliability).
+    with pytest.raises(ValueError, match="plaintext"):
+        EmbeddedServer(ServerConfig(host="0.0.0.0", credentials=CREDS))
+    EmbeddedServer(ServerConfig(host="0.0.0.0", credentials=CREDS, insecure_allow_remote=True))
     EmbeddedServer(ServerConfig(host="0.0.0.0", insecure_allow_remote=True))
     EmbeddedServer(ServerConfig(host="localhost"))
 
