@@ -281,7 +281,8 @@ def test_f13_invalid_receipt_handles_answer_40013_typed_and_not_retried() -> Non
 def test_f14_long_poll_never_answered_returns_within_bound_and_push_repolls() -> None:
     """F14: a ReceiveMessage that the server holds forever: `receive()` returns (typed error or empty)
     within max(await, 5 s) + request_timeout + 1 s (the client never waits less than the 5 s a proxy
-    clamps long polls to, reference §7.5); a push consumer's next poll gets the messages; P1."""
+    clamps long polls to, reference §7.5); a push consumer's next poll gets the messages and carries the
+    hung poll's attempt_id (seen by the server, `Stats.receives`), rotated after the messages came; P1."""
 
     async def scenario() -> None:
         faults = Faults()
@@ -318,6 +319,14 @@ def test_f14_long_poll_never_answered_returns_within_bound_and_push_repolls() ->
                     # The held poll is abandoned at its deadline (long poll 20 s + request timeout) and
                     # the queue polled again at once: well inside the watchdog's 3 x (poll + timeout).
                     await until(lambda: consumer.stats().acked >= 20, timeout=20 + 1 + 5)
+                # Catalogue F14: the retry reuses the hung receive's attempt_id (Java
+                # AttemptIdIntegrationTest; reference §1.1 field 8), so a broker can re-serve the batch
+                # it popped for the lost call; the id is rotated once messages arrived.
+                polls = [r for r in srv.stats.receives if r.group == "pg"]
+                assert len(polls) >= 3, polls
+                hung, retry, after = polls[0].attempt_id, polls[1].attempt_id, polls[2].attempt_id
+                assert hung is not None and retry == hung, polls[:3]
+                assert after is not None and after != hung, polls[:3]
         assert_report(check(rec), "P1", "P2")
         push_report = check(_sends_plus(rec, push_rec))
         assert_report(push_report, "P1", "P2")
