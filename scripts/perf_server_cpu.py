@@ -1,0 +1,76 @@
+"""`thrust perf ARGS` against a `thrust serve` started here (topic perf:8, group perf-group), with the
+server's CPU time over the run read from /proc (Linux): one JSON line with the messages sent and
+received, their rates and latencies, the SendMessage calls, and the server's CPU per message.
+
+    .venv/bin/python scripts/perf_server_cpu.py produce --duration 10 --size 128 --batch-max-messages 32
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _TICKS
+
+
+def main() -> int:
+    serve = [sys.executable, "-m", "thrust.cli.main", "serve", "--port", "0", "--log-level", "WARNING"]
+    server = subprocess.Popen(
+        [*serve, "--topic", "perf:8", "--group", "perf-group"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    assert server.stdout is not None
+    found = re.search(rb":(\d+)", server.stdout.readline())
+    assert found is not None, "thrust serve did not start"
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "perf.json")
+        c0, t0 = _cpu_seconds(server.pid), time.monotonic()
+        perf = [sys.executable, "-m", "thrust.cli.main", "perf", *sys.argv[1:]]
+        proc = subprocess.run(
+            [*perf, "--endpoints", f"127.0.0.1:{found.group(1).decode()}", "--json", out],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        c1, t1 = _cpu_seconds(server.pid), time.monotonic()
+        server.terminate()
+        server.wait()
+        if proc.returncode != 0:
+            print(proc.stderr[-2000:], file=sys.stderr)
+        with open(out) as fh:
+            data = json.load(fh)
+    produce, consume = data.get("produce"), data.get("consume")
+    line: dict[str, object] = {"rc": proc.returncode, "load": round(os.getloadavg()[0], 2)}
+    line["wall_s"] = round(t1 - t0, 1)
+    line["server_cpu_s"] = round(c1 - c0, 2)
+    messages = 0
+    if produce:
+        messages += data["sent_ok"]
+        line |= {"sent": data["sent_ok"], "send_msg_s": round(produce["rate"])}
+        line |= {"send_calls": produce["extra"].get("send_calls")}
+        line |= {"send_p50_ms": round(produce["latency"]["p50"], 2)}
+        line |= {"send_p99_ms": round(produce["latency"]["p99"], 2)}
+    if consume:
+        messages += data["received_unique"]
+        line |= {"received": data["received_unique"], "recv_msg_s": round(consume["rate"])}
+        line |= {"e2e_p50_ms": round(consume["latency"]["p50"], 1)}
+        line |= {"e2e_p99_ms": round(consume["latency"]["p99"], 1)}
+    line["server_us_per_msg"] = round((c1 - c0) / max(1, messages) * 1e6, 1)
+    print(json.dumps(line), flush=True)
+    return proc.returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
