@@ -1,6 +1,7 @@
 """`thrust perf ARGS` against a `thrust serve` started here (topic perf:8, group perf-group), with the
 server's CPU time over the run read from /proc (Linux): one JSON line with the messages sent and
-received, their rates and latencies, the SendMessage calls, and the server's CPU per message.
+received, their rates and latencies, the SendMessage calls, the CPU seconds of the server and of the
+perf process, and the server's CPU per message.
 
     .venv/bin/python scripts/perf_server_cpu.py produce --duration 10 --size 128 --batch-max-messages 32
 """
@@ -37,6 +38,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "perf.json")
         c0, t0 = _cpu_seconds(server.pid), time.monotonic()
+        children0 = os.times()
         perf = [sys.executable, "-m", "thrust.cli.main", "perf", *sys.argv[1:]]
         proc = subprocess.run(
             [*perf, "--endpoints", f"127.0.0.1:{found.group(1).decode()}", "--json", out],
@@ -45,6 +47,7 @@ def main() -> int:
             check=False,
         )
         c1, t1 = _cpu_seconds(server.pid), time.monotonic()
+        children1 = os.times()  # the perf process (waited for); the server is not waited for yet
         server.terminate()
         server.wait()
         if proc.returncode != 0:
@@ -55,6 +58,10 @@ def main() -> int:
     line: dict[str, object] = {"rc": proc.returncode, "load": round(os.getloadavg()[0], 2)}
     line["wall_s"] = round(t1 - t0, 1)
     line["server_cpu_s"] = round(c1 - c0, 2)
+    perf_cpu = (children1.children_user + children1.children_system) - (
+        children0.children_user + children0.children_system
+    )
+    line["perf_cpu_s"] = round(perf_cpu, 2)
     messages = 0
     if produce:
         messages += data["sent_ok"]
