@@ -397,15 +397,25 @@ class ClientSession:
             if self._inflight == 0 and self._idle is not None:
                 self._idle.set()
 
-    async def receive(self, endpoint: Endpoint, request: Any, *, timeout: float) -> ReceiveResult:
-        """One ReceiveMessage stream to completion on `endpoint` (session ensured first)."""
+    async def receive(
+        self,
+        endpoint: Endpoint,
+        request: Any,
+        *,
+        timeout: float,
+        on_message: Callable[[Any], None] | None = None,
+    ) -> ReceiveResult:
+        """One ReceiveMessage stream to completion on `endpoint` (session ensured first).
+
+        With `on_message`, messages after the OK status are handed to it as they arrive instead of
+        being collected into the result (`RpcClient.receive`)."""
         self._check_open()
         if not self.is_ready(endpoint):
             await self.session(endpoint)
         client = self.rpc(endpoint)
         self._inflight += 1
         try:
-            result = await client.receive(request, timeout)
+            result = await client.receive(request, timeout, on_message)
         except (errors.ConnectionError, errors.TimeoutError) as exc:
             self._raise_if_closed(exc)
             self._transport_failed(endpoint, client, exc)
