@@ -19,6 +19,7 @@ scaled-down values (the defaults are asserted once) so that each runs in a few s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import time
@@ -391,7 +392,24 @@ def test_s12_silent_client_with_a_live_connection_is_expired() -> None:
                 )
                 assert beat.status.code == Code.UNRECOGNIZED_CLIENT_TYPE
                 await other.consumer("g", "t", kind=d.ClientType.PUSH_CONSUMER)
-                again = messages_of(await other.receive("g", "t", auto_renew=True, invisible=None, polling=5))
+
+                async def keep_alive() -> None:
+                    # `other` must not be expired itself while its poll waits for the released message
+                    # (1 s expiry; on a loaded machine the poll can wait about that long).
+                    while True:
+                        await other.stub.Heartbeat(
+                            s.HeartbeatRequest(client_type=d.ClientType.PUSH_CONSUMER), metadata=other.md
+                        )
+                        await asyncio.sleep(0.2)
+
+                beating = asyncio.create_task(keep_alive())
+                try:
+                    stream = await other.receive("g", "t", auto_renew=True, invisible=None, polling=5)
+                finally:
+                    beating.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await beating
+                again = messages_of(stream)
                 assert [m.system_properties.message_id for m in again] == [mid]
 
     run(scenario)
