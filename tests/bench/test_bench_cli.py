@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.official_client import ensure_venv
 from thrust.bench.scenarios import SCENARIOS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -19,6 +20,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _bench(tmp_path: Path, *args: str, timeout: float) -> tuple[subprocess.CompletedProcess[str], dict]:  # type: ignore[type-arg]
     out_json = tmp_path / "bench.json"
+    if "official" in args or "both" in args:
+        # Build (or reuse) the official client's venv under the interop tests' file lock first, and
+        # outside this command's timeout: on a fresh clone another xdist worker may be building it.
+        ensure_venv()
     proc = subprocess.run(
         [sys.executable, "-m", "thrust.cli.main", "bench", "--repeat", "1", "--json", str(out_json), *args],
         capture_output=True,
