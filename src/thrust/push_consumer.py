@@ -30,6 +30,9 @@ How it avoids the six hot-path faults of the Rust push consumer (seed 000; refer
    cached until its ack settles, so a slow ack path holds back receiving, never the listener: the receive loop
    awaits an event when the cache is full (no recursion, no polling) and runs several receives per queue
    while there is room.
+
+And (seed 000 item 5a again) a receive's first message goes to the listener as soon as the stream delivers
+it, not once the whole batch has been read (`_Stream`: Java acts on completion; why thrust does not).
 """
 
 from __future__ import annotations
@@ -99,6 +102,46 @@ class _Delivery:
         self.nbytes = len(message.body)
         # FIFO local retries count up from the server's delivery_attempt (reference §6.4 item 10).
         self.attempt = message.delivery_attempt
+
+
+class _Stream:
+    """The messages of one ReceiveMessage stream on their way to the listener (seed 000 item 5a).
+
+    Java acts on a ReceiveMessage only once its stream has completed (reference §1.3: the response observer
+    collects the messages and completes the receive in `onCompleted`), and thrust did the same. But the
+    server writes the status first and then one message per gRPC write, and each message is final once
+    written; reading a 32-message stream to its end takes several ms, during which an idle queue's listener
+    has nothing to do (scenario 5a: the first message reached the client after ~4 ms and the listener after
+    ~10 ms). So thrust deviates: the *first* message after the OK status is decoded, cached and handed to the
+    listener pool at once (`ClientSession.receive(..., on_message=)`), and the rest are held and handed over
+    together when the stream ends. That is at most two hand-offs per receive, never one per message: the
+    seed-003 rule that nothing crosses a thread per message when it can cross per batch still holds (a
+    second chunk per burst, flushed by `call_soon`, would not help: gRPC resumes the reader once per
+    message, so it would flush after every message). The process queue accounts the first message as a
+    partial result (`ProcessQueue.on_partial`). FIFO order holds: the stream is in order, and the sequencer
+    chains the rest behind the first.
+    """
+
+    __slots__ = ("consumer", "held", "queue", "ticket")
+
+    def __init__(self, consumer: PushConsumer, queue: _Queue, ticket: ReceiveTicket) -> None:
+        self.consumer = consumer
+        self.queue = queue
+        self.ticket = ticket
+        # None until the first message was handed over; then the messages that arrived after it.
+        self.held: list[Any] | None = None
+
+    def arrived(self, raw: Any) -> None:
+        """`RpcClient.receive`'s `on_message`: called on the loop for each message after the OK status."""
+        held = self.held
+        if held is not None:
+            held.append(raw)
+            return
+        self.held = []
+        try:
+            self.consumer._take(self.queue, self.ticket, (raw,), final=False)
+        except Exception:  # never break the stream's reader: the message is then left to redelivery
+            logger.exception("handing over the first message of a receive from %s failed", self.queue.id)
 
 
 class _Token:
@@ -640,6 +683,8 @@ class PushConsumer:
         q.event.set()
 
     async def _receive(self, q: _Queue, ticket: ReceiveTicket) -> None:
+        """One ReceiveMessage on `q`. Its first message goes to the listener as soon as it arrives, the rest
+        together when the stream ends (`_Stream`)."""
         session = self.session
         settings = session.settings
         request = spb.ReceiveMessageRequest()
@@ -648,9 +693,13 @@ class PushConsumer:
         request.batch_size = ticket.requested
         request.long_polling_timeout.CopyFrom(convert.duration(settings.long_polling_timeout))
         request.attempt_id = ticket.attempt_id
+        stream = _Stream(self, q, ticket)
         try:
-            result = await session.receive(q.endpoint, request, timeout=settings.receive_deadline)
+            result = await session.receive(
+                q.endpoint, request, timeout=settings.receive_deadline, on_message=stream.arrived
+            )
         except asyncio.CancelledError:
+            self._stream_broke(stream)
             q.pq.on_receive_failed(ticket, False, time.monotonic())
             q.event.set()
             return  # cancelled because the queue was dropped or the consumer closes
@@ -658,11 +707,39 @@ class PushConsumer:
             self._counters["receive_failures"] += 1
             if not self._closing and not q.pq.dropped:
                 self._receive_log.failure(f"receive from {q.id} failed: {exc}", None)
+            self._stream_broke(stream)
             q.pq.on_receive_failed(ticket, isinstance(exc, TooManyRequestsError), time.monotonic())
             q.event.set()
             return
-        good, bad = convert.received_from_pbs(result.messages, q.endpoint)
-        # One pass per batch: the deliveries carry their body size, which is what the cache counts.
+        held = stream.held
+        if held:
+            held.extend(result.messages)  # (only a stream without any status collects messages there)
+            rest = held
+        else:
+            rest = result.messages
+        self._take(q, ticket, rest, final=True)
+
+    def _stream_broke(self, stream: _Stream) -> None:
+        """A receive failed or was cancelled after some of its messages arrived. What was handed over stays
+        delivered; what arrived after it is handed over too (the server holds those messages invisible for
+        this client either way), except when the consumer closes (the server makes them visible again once
+        the client has left) or a dropped FIFO queue's (left to redelivery in order, as `_drop_queue` leaves
+        its waiting messages)."""
+        held = stream.held
+        if not held:
+            return
+        stream.held = []
+        q = stream.queue
+        if self._closing or (q.pq.dropped and self.session.settings.fifo):
+            return
+        self._take(q, stream.ticket, held, final=False)
+
+    def _take(self, q: _Queue, ticket: ReceiveTicket, raw: Sequence[Any], *, final: bool) -> None:
+        """Messages of `ticket`'s stream: decode, cache (`on_partial` for a chunk of a stream still open,
+        `on_received` for the rest once it completed), hand the good ones to the listener, settle the
+        corrupted ones."""
+        good, bad = convert.received_from_pbs(raw, q.endpoint)
+        # One pass per chunk: the deliveries carry their body size, which is what the cache counts.
         deliveries = [_Delivery(m, q) for m in good]
         nbytes = 0
         largest = 0
@@ -672,7 +749,11 @@ class PushConsumer:
             if size > largest:
                 largest = size
         n = len(deliveries)
-        q.pq.on_received(ticket, n, nbytes, time.monotonic(), largest if n else None)
+        now = time.monotonic()
+        if final:
+            q.pq.on_received(ticket, n, nbytes, now, largest if n else None)
+        elif not q.pq.on_partial(ticket, n, nbytes, now, largest if n else None):
+            return  # the ticket is closed: cannot happen, chunks always come before its end
         if bad:
             self._corrupted(q, bad)
         if n:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from typing import Any
 
 from tests.push._util import ready, run, send_all, until
 from thrust._core.ack import AckBatch
@@ -296,10 +297,12 @@ def test_receive_errors_back_off_reuse_the_attempt_id_and_several_receives_run_p
                 attempts: list[tuple[str, str]] = []
                 receive = session.receive
 
-                async def spy(endpoint: object, request: object, *, timeout: float) -> object:
+                async def spy(
+                    endpoint: object, request: object, *, timeout: float, on_message: Any = None
+                ) -> object:
                     attempts.append((request.attempt_id, ""))  # type: ignore[attr-defined]
                     try:
-                        return await receive(endpoint, request, timeout=timeout)  # type: ignore[arg-type]
+                        return await receive(endpoint, request, timeout=timeout, on_message=on_message)  # type: ignore[arg-type]
                     except Exception as exc:
                         attempts[-1] = (attempts[-1][0], type(exc).__name__)
                         raise

@@ -211,3 +211,147 @@ def test_flow_control_invariant(seed: int, size: int) -> None:
 @pytest.mark.parametrize("seed", range(8))
 def test_count_never_exceeds_threshold_with_mixed_sizes(seed: int) -> None:
     run_invariant(seed, None)
+
+
+# -- partial results (a stream's first messages handed over before it ends; seed item 5a) ------------------
+
+
+def test_partial_chunk_is_cached_at_once_and_the_rest_settles_the_reservation() -> None:
+    budget = QueueBudget(max_count=100, max_bytes=100_000, max_receives_in_flight=2)
+    pq = make(budget)
+    t = pq.on_receive_started(pq.receive_plan(0.0), 0.0)
+    assert (t.requested, pq.reserved, t.reserved) == (32, 32, 32)
+    assert pq.receive_plan(0.0) == 0  # size unknown: one receive at a time
+    assert pq.on_partial(t, 1, 100, 0.1) is True
+    assert (pq.cached_count, pq.cached_bytes, pq.reserved, t.reserved, pq.in_flight) == (1, 100, 31, 31, 1)
+    # The first message's size is known now: a second receive may start while the stream goes on, and the
+    # first one's remaining reservation still counts.
+    assert pq.receive_plan(0.1) == 32
+    pq.on_received(t, 31, 3100, 0.2)
+    assert (pq.cached_count, pq.cached_bytes, pq.reserved, t.reserved, pq.in_flight) == (32, 3200, 0, 0, 0)
+    assert pq.receive_plan(0.2) == 32
+
+
+def test_partial_reservations_are_released_exactly_once() -> None:
+    pq = make(QueueBudget(max_count=100, max_bytes=10**6))
+    t = pq.on_receive_started(32, 0.0)
+    pq.on_partial(t, 1, 10, 0.0)
+    pq.on_partial(t, 5, 50, 0.0)
+    pq.on_received(t, 0, 0, 0.0)  # nothing after the chunks
+    assert (pq.cached_count, pq.reserved, pq.in_flight) == (6, 0, 0)
+    # A closed ticket changes nothing any more, whichever call comes late.
+    assert pq.on_partial(t, 3, 30, 0.0) is False
+    pq.on_received(t, 3, 30, 0.0)
+    assert pq.on_receive_failed(t, False, 0.0) == 0.0
+    assert (pq.cached_count, pq.cached_bytes, pq.reserved, pq.in_flight) == (6, 60, 0, 0)
+
+
+def test_stream_broken_after_a_chunk_keeps_it_cached_and_rotates_the_attempt_id() -> None:
+    pq = make(QueueBudget(max_count=100, max_bytes=10**6, max_receives_in_flight=1))
+    t = pq.on_receive_started(32, 0.0)
+    assert t.attempt_id == "a1"
+    pq.on_partial(t, 1, 10, 0.0)
+    assert pq.on_receive_failed(t, too_many_requests=False, now=0.5) == pytest.approx(1.0)  # backoff as usual
+    assert (pq.cached_count, pq.cached_bytes, pq.reserved, pq.in_flight) == (1, 10, 0, 0)
+    assert pq.receive_plan(1.0) == 0 and pq.receive_plan(1.5) == 32
+    # Not reused: the broker would serve the broken receive's batch again, the handed-over message included.
+    assert pq.on_receive_started(32, 1.5).attempt_id == "a2"
+    # The handed-over message leaves the cache when its ack settles, like any other.
+    assert pq.on_consumed(1, 10, 2.0) is False
+    assert (pq.cached_count, pq.cached_bytes) == (0, 0)
+
+
+def test_a_chunk_of_corrupted_messages_only_caches_nothing_but_rotates_the_attempt_id() -> None:
+    pq = make()
+    t = pq.on_receive_started(32, 0.0)
+    pq.on_partial(t, 0, 0, 0.0)  # the first message failed its digest: never cached
+    pq.on_received(t, 0, 0, 0.1)
+    assert (pq.cached_count, pq.reserved, pq.in_flight) == (0, 0, 0)
+    assert pq.on_receive_started(32, 0.1).attempt_id == "a2"
+    # Without any chunk, an empty result keeps the id (MESSAGE_NOT_FOUND).
+    t = pq.on_receive_started(32, 0.1)
+    pq.on_received(t, 0, 0, 0.2)
+    assert pq.on_receive_started(32, 0.2).attempt_id == t.attempt_id
+
+
+def test_more_chunked_messages_than_asked_for_never_make_the_reservation_negative() -> None:
+    pq = make(QueueBudget(max_count=100, max_bytes=10**6))
+    t = pq.on_receive_started(4, 0.0)
+    pq.on_partial(t, 3, 30, 0.0)
+    pq.on_partial(t, 3, 30, 0.0)  # a server sending more than the batch size asked
+    assert (pq.reserved, t.reserved) == (0, 0)
+    pq.on_received(t, 1, 10, 0.0)
+    assert (pq.cached_count, pq.reserved, pq.in_flight) == (7, 0, 0)
+
+
+def run_partial_invariant(seed: int, size: int | None) -> None:
+    """Random receives delivering their messages in chunks (`on_partial`), then the rest or a failure, and
+    consumption; after every step: the cache within its count threshold (bytes within one batch over the
+    threshold for a fixed size), and the reservation exactly what the open receives have not delivered."""
+    rng = random.Random(seed)
+    budget = QueueBudget(max_count=200, max_bytes=20_000, max_receives_in_flight=4, batch_size=32)
+    pq = make(budget)
+    # open receive -> how many messages the server will still send on it
+    open_: dict[ReceiveTicket, int] = {}
+    cached: list[int] = []
+    closed: list[ReceiveTicket] = []
+    now = 0.0
+
+    def sizes(k: int) -> list[int]:
+        return [size or rng.randint(1, 400) for _ in range(k)]
+
+    for _ in range(5000):
+        now += 0.001
+        action = rng.random()
+        n = pq.receive_plan(now)
+        if n and action < 0.3:
+            t = pq.on_receive_started(n, now)
+            open_[t] = rng.randint(0, t.requested)
+        elif open_ and action < 0.55:
+            t = rng.choice(list(open_))
+            k = rng.randint(0, open_[t])
+            open_[t] -= k
+            got = sizes(k)
+            cached.extend(got)
+            assert pq.on_partial(t, k, sum(got), now, largest=max(got, default=None))
+        elif open_ and action < 0.75:
+            t = rng.choice(list(open_))
+            rest = open_.pop(t)
+            closed.append(t)
+            if rng.random() < 0.2:
+                pq.on_receive_failed(t, rng.random() < 0.5, now)  # the rest never arrives
+            else:
+                got = sizes(rest)
+                cached.extend(got)
+                pq.on_received(t, rest, sum(got), now, largest=max(got, default=None))
+        elif closed and action < 0.8:
+            # A late call on a closed ticket: a no-op.
+            t = rng.choice(closed)
+            assert pq.on_partial(t, 1, 1, now) is False
+            pq.on_received(t, 1, 1, now)
+            assert pq.on_receive_failed(t, False, now) == 0.0
+        elif cached:
+            k = rng.randint(1, min(len(cached), 8))
+            gone, cached[:k] = cached[:k], []
+            pq.on_consumed(k, sum(gone), now)
+        assert pq.cached_count == len(cached)
+        assert pq.cached_bytes == sum(cached)
+        assert pq.reserved == sum(t.reserved for t in open_)
+        assert pq.in_flight == len(open_) <= budget.max_receives_in_flight
+        assert pq.cached_count + pq.reserved <= budget.count_per_queue
+        if size is not None:
+            assert pq.cached_bytes <= budget.bytes_per_queue + budget.batch_size * size
+    for t in list(open_):
+        pq.on_received(t, 0, 0, now)
+    assert (pq.reserved, pq.in_flight) == (0, 0)
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("size", [1, 100, 400, 3000])
+def test_flow_control_invariant_with_partial_results(seed: int, size: int) -> None:
+    run_partial_invariant(seed, size)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_count_never_exceeds_threshold_with_partial_results_and_mixed_sizes(seed: int) -> None:
+    run_partial_invariant(seed, None)

@@ -26,10 +26,23 @@ How the io layer drives one queue (one event per queue, set after every `on_*` c
             wait for the event, or until pq.wake_at(now) if that is not None
             continue
         ticket = pq.on_receive_started(n, now)            # put ticket.attempt_id / n in the request
-        spawn: receive; then pq.on_received(ticket, count, nbytes, now)             # "here is the result"
-                       or delay = pq.on_receive_failed(ticket, too_many_requests, now)
+        spawn: receive; as messages stream in: pq.on_partial(ticket, count, nbytes, now)   # optional
+                 then pq.on_received(ticket, count, nbytes, now)   # "here is the rest of the result"
+                   or delay = pq.on_receive_failed(ticket, too_many_requests, now)
     consumption path: pq.on_consumed(n, nbytes, now) when a message leaves the cache (after its ack settles)
     assignment scan: drop the queue when `pq.expired(now)`.
+
+Partial results (`on_partial`, seed item 5a). Java acts on a ReceiveMessage only once its stream has
+completed (reference §1.3): the messages are collected and handed to the process queue together. thrust's
+push consumer hands the first message of a stream to the listener as soon as it arrives, while the server
+is still streaming the rest (reading 32 messages to the end costs several ms; on an idle queue the listener
+would wait for all of it), and the rest together when the stream ends. Each such chunk is cached as it is
+handed over: `on_partial` adds it to the cache and lowers the ticket's reservation by as much, so
+`cached + reserved` never grows and the invariant above holds chunk by chunk; `on_received` /
+`on_receive_failed` then settle only what the ticket still reserves. A stream that breaks after a chunk was
+handed over does not take it back: those messages stay cached until they are consumed and settled, and the
+ticket's attempt id is rotated rather than kept for the retry (a retry with it would have the broker serve
+the same batch again, the handed-over messages included).
 """
 
 from __future__ import annotations
@@ -108,16 +121,25 @@ class QueueBudget:
 class ReceiveTicket:
     """One in-flight ReceiveMessage: the attempt id to send and the count it reserved."""
 
-    __slots__ = ("_open", "attempt_id", "requested", "started_at")
+    __slots__ = ("_open", "arrived", "attempt_id", "handed_over", "requested", "started_at")
 
     def __init__(self, attempt_id: str, requested: int, started_at: float) -> None:
         self.attempt_id = attempt_id
         self.requested = requested
         self.started_at = started_at
+        # Messages cached through `on_partial` so far, and whether any chunk was handed over at all (a chunk
+        # may hold only corrupted messages, which are never cached but did arrive).
+        self.arrived = 0
+        self.handed_over = False
         self._open = True
 
+    @property
+    def reserved(self) -> int:
+        """What this receive still reserves: the count it asked for less what arrived, 0 once closed."""
+        return max(0, self.requested - self.arrived) if self._open else 0
+
     def __repr__(self) -> str:
-        return f"ReceiveTicket({self.attempt_id!r}, requested={self.requested})"
+        return f"ReceiveTicket({self.attempt_id!r}, requested={self.requested}, arrived={self.arrived})"
 
 
 class ProcessQueue:
@@ -162,6 +184,11 @@ class ProcessQueue:
         # re-serve the same (FIFO) batch (reference §1.1 field 8). One per concurrent receive: concurrent
         # receives must not share an id, or the broker would treat the second as a retry of the first.
         self._spare_attempt_ids: list[str] = []
+
+    @property
+    def reserved(self) -> int:
+        """Messages asked for by the in-flight receives and not arrived yet (see `on_partial`)."""
+        return self._reserved
 
     # -- planning -----------------------------------------------------------------------------------------
 
@@ -218,35 +245,55 @@ class ProcessQueue:
         self._last_activity = now
         return ReceiveTicket(attempt_id, n, now)
 
+    def on_partial(
+        self, ticket: ReceiveTicket, n: int, nbytes: int, now: float, largest: int | None = None
+    ) -> bool:
+        """`n` messages of `nbytes` body bytes arrived on the still-open receive `ticket` and are cached now,
+        ahead of the rest of its stream (see the module doc). `n` may be 0 (a chunk of corrupted messages
+        only): nothing is cached, but the attempt id will rotate.
+
+        Lowers the ticket's reservation by `n` (never below 0, should a server send more than asked), so
+        the cache plus the reservations stay within the thresholds. Returns False, doing nothing, when the
+        ticket is already closed (its chunk then belongs to no receive this queue accounts for).
+        """
+        if not ticket._open:
+            return False
+        self._reserved -= min(n, ticket.reserved)
+        ticket.arrived += n
+        ticket.handed_over = True
+        self._last_activity = now
+        self._cache(n, nbytes, largest)
+        return True
+
     def on_received(
         self, ticket: ReceiveTicket, n: int, nbytes: int, now: float, largest: int | None = None
     ) -> None:
-        """The receive completed with `n` messages of `nbytes` body bytes in total, all now cached.
+        """The receive completed with `n` messages of `nbytes` body bytes in total, all now cached (after any
+        `on_partial` chunks, `n` and `nbytes` count only the rest).
 
         `largest` (optional) is the largest body among them; otherwise the batch average is used to estimate
-        message size. An empty result (MESSAGE_NOT_FOUND) is `n == 0` and keeps the attempt id for reuse;
-        messages rotate it (Java, reference §1.1 field 8).
+        message size. An empty result (MESSAGE_NOT_FOUND, or nothing after the chunks) is `n == 0` and keeps
+        the attempt id for reuse unless a chunk was handed over; messages rotate it (Java, reference §1.1
+        field 8).
         """
         if not self._close(ticket, now):
             return
-        self.cached_count += n
-        self.cached_bytes += nbytes
-        if n > 0:
-            size = float(largest) if largest is not None else nbytes / n
-            if size > self._est_msg_bytes:
-                self._est_msg_bytes = size
-        else:
+        self._cache(n, nbytes, largest)
+        if n == 0 and not ticket.handed_over:
             self._spare_attempt_ids.append(ticket.attempt_id)
 
     def on_receive_failed(self, ticket: ReceiveTicket, too_many_requests: bool, now: float) -> float:
         """The receive failed; returns the delay before this queue receives again (also seen by `wake_at`).
 
         20 ms after TOO_MANY_REQUESTS, 1 s after anything else (Java, reference §4.5). The attempt id is kept
-        for the retry. A cancelled receive of a dropped queue may call this too; it only releases credit.
+        for the retry, unless a chunk of the stream was already handed over (`on_partial`): then the retry
+        must not have the broker serve that batch again. What was handed over stays cached. A cancelled
+        receive of a dropped queue may call this too; it only releases credit.
         """
         if not self._close(ticket, now):
             return 0.0
-        self._spare_attempt_ids.append(ticket.attempt_id)
+        if not ticket.handed_over:
+            self._spare_attempt_ids.append(ticket.attempt_id)
         if self.dropped:
             return 0.0
         delay = receive_retry_delay(too_many_requests)
@@ -280,11 +327,20 @@ class ProcessQueue:
 
     # -- internals ----------------------------------------------------------------------------------------
 
+    def _cache(self, n: int, nbytes: int, largest: int | None) -> None:
+        if n <= 0:
+            return
+        self.cached_count += n
+        self.cached_bytes += nbytes
+        size = float(largest) if largest is not None else nbytes / n
+        if size > self._est_msg_bytes:
+            self._est_msg_bytes = size
+
     def _close(self, ticket: ReceiveTicket, now: float) -> bool:
         if not ticket._open:
             return False
+        self._reserved -= ticket.reserved  # what `on_partial` has not released yet
         ticket._open = False
         self.in_flight -= 1
-        self._reserved -= ticket.requested
         self._last_activity = now
         return True
