@@ -18,7 +18,8 @@ temporary directory removed at the end), so the sampled process does not grow wi
 checker reads them back after the clients are closed and sampling has stopped.
 
 At the end the load stops, faults heal, both groups drain (the push consumer is restarted once, so that
-messages whose receive reply a fault swallowed are released; see `_run`), and the history checker gives P1-P4 per group.
+messages whose receive reply a fault swallowed are released; see `_run`), and the history checker
+gives P1-P4 per group.
 P5, from the samples:
 - RSS, compared like with like on the *steady* samples, those at the end of each healed half-cycle
   (30 s after a heal, full load, no fault; every sample when there are no faults; like the fd/task
