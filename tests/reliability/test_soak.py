@@ -109,9 +109,8 @@ def test_short_soak_end_to_end(tmp_path: Path) -> None:
     assert figures["sent_ok"] > 0 and not figures["hung_sends"] and not figures["untyped_send_errors"]
     for group in ("push", "simple"):
         assert figures["verdicts"][group]["P1"], figures["reports"][group]
-        assert (
-            figures["delivered"][group]["payloads"] == figures["sent_ok"] or figures["verdicts"][group]["P1"]
-        )
+        # Every OK send delivered (plus any "unknown" sends that were stored after all).
+        assert figures["delivered"][group]["payloads"] >= figures["sent_ok"]
     kinds = [s["kind"] for s in figures["samples"]]
     assert kinds.count("cycle-end") == 2 and kinds[-1] == "final"
     assert all(s["server_rss_mib"] for s in figures["samples"])
