@@ -87,6 +87,13 @@ def test_without_faults_every_sample_is_steady() -> None:
     assert r["rss_baseline_t"] == 300 and not r["rss_ok"]  # 67 / 60 = +11.7 %
 
 
+def test_without_faults_fds_and_tasks_are_checked_at_the_end() -> None:
+    samples = [sample(t, 60.0) for t in range(0, 600, 10)]
+    assert p5([*samples, sample(610, 60.0, "final")], fault_interval=0.0)["fd_task_ok"]
+    r = p5([*samples, sample(610, 60.0, "final", fds=30)], fault_interval=0.0)
+    assert not r["fd_task_ok"] and r["fd_task_baseline_t"] == 0 and r["cycle_checks"] == 1
+
+
 def test_default_warmup_is_five_minutes_when_it_fits() -> None:
     assert soak_mod.main(["--duration", "10", "--warmup", "10"]) == 2  # the warm-up must end first
 

@@ -537,6 +537,9 @@ def _p5(state: _Soak) -> dict[str, Any]:
     growth_last = (last_steady - base_rss) / base_rss if base_rss else 0.0
     growth_peak = (peak_rss - base_rss) / base_rss if base_rss else 0.0
     checks = [s for s in samples if s.kind in ("cycle-end", "final")]
+    if not any(s.kind == "cycle-end" for s in checks) and samples:
+        # No faults (--fault-interval 0): the first sample is the baseline, the final one is checked.
+        checks = [samples[0], *checks]
     # Baseline for fds and tasks: the end of the first healed half, before any fault.
     ref = checks[0] if checks else (samples[0] if samples else None)
     bad_checks = []
