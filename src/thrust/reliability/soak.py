@@ -446,14 +446,18 @@ async def _run(state: _Soak) -> tuple[Any, int, int]:
                 await_duration=5,
                 request_timeout=args.request_timeout,
             )
-            push = thrust.PushConsumer(
-                endpoints=ep,
-                group=PUSH_GROUP,
-                subscriptions={TOPIC: "*"},
-                listener=state.on_push,
-                request_timeout=args.request_timeout,
-                max_cache_message_bytes=PUSH_CACHE_BYTES,
-            )
+
+            def new_push() -> thrust.PushConsumer:
+                return thrust.PushConsumer(
+                    endpoints=ep,
+                    group=PUSH_GROUP,
+                    subscriptions={TOPIC: "*"},
+                    listener=state.on_push,
+                    request_timeout=args.request_timeout,
+                    max_cache_message_bytes=PUSH_CACHE_BYTES,
+                )
+
+            push = new_push()
             state.push = push
             async with producer, simple, push:
                 state.started = time.monotonic()
@@ -491,14 +495,7 @@ async def _run(state: _Soak) -> tuple[Any, int, int]:
                 before_restart = state.push_deliveries
                 await push.close()
                 state.push_acked_first = push.stats().acked
-                push = thrust.PushConsumer(
-                    endpoints=ep,
-                    group=PUSH_GROUP,
-                    subscriptions={TOPIC: "*"},
-                    listener=state.on_push,
-                    request_timeout=args.request_timeout,
-                    max_cache_message_bytes=PUSH_CACHE_BYTES,
-                )
+                push = new_push()
                 state.push = push
                 async with push:
                     seen, quiet_since = state.push_deliveries, time.monotonic()
