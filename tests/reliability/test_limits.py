@@ -58,6 +58,7 @@ def test_defaults_are_the_catalogue_values() -> None:
     assert config.idle_timeout == 120.0  # upstream maxConnectionIdle
     assert config.channel_expiry == 120.0  # upstream channelExpiredTimeout
     assert config.max_pending_polls == 1024  # upstream popPollingSize
+    assert config.max_concurrent_streams == 1024  # generous: one push consumer's polls + acks per connection
     # thrust's own keepalive is never below what the server tolerates (catalogue C6).
     assert config.min_ping_interval <= thrust.ClientConfig("127.0.0.1:1").keepalive_interval
     # A dead connection is freed by the server's keepalive before the client expiry fires.
@@ -411,5 +412,70 @@ def test_s12_silent_client_with_a_live_connection_is_expired() -> None:
                         await beating
                 again = messages_of(stream)
                 assert [m.system_properties.message_id for m in again] == [mid]
+
+    run(scenario)
+
+
+# S8e ---------------------------------------------------------------------------------------------------
+
+
+def test_s8e_concurrent_streams_per_connection_bounded_extra_calls_wait() -> None:
+    """max_concurrent_streams=2 (default 1024): three long-poll receives on ONE channel; two reach the
+    server and wait, the third waits in the client's transport (it never reaches the handler) instead of
+    failing, and starts as soon as one of the two is answered. Every receive ends OK with its message."""
+
+    async def scenario() -> None:
+        async with embedded_server(topics=["t:1"], groups=["g"], max_concurrent_streams=2) as srv:
+            ep = srv.endpoints[0]
+            # A local subchannel pool: this channel's connection is its own, never shared with the
+            # producer's (gRPC may otherwise share one connection between channels to one address).
+            async with (
+                Wire(ep, client_id="streams", options=[("grpc.use_local_subchannel_pool", 1)]) as w,
+                thrust.Producer(endpoints=ep, topics=["t"]) as p,
+            ):
+
+                def receives() -> int:
+                    return srv.stats.calls.get("ReceiveMessage", 0)
+
+                async def answered(n: int) -> None:
+                    await _until(lambda: sum(task.done() for task in polls) == n, 10, f"{n} polls answered")
+
+                polls = [
+                    asyncio.create_task(w.receive("g", "t", polling=20, rpc_timeout=40)) for _ in range(3)
+                ]
+                await _until(lambda: srv.pending_polls("g") >= 2, 10, "two polls waiting")
+                await asyncio.sleep(0.5)
+                assert receives() == 2 and srv.pending_polls("g") == 2, "a third stream reached the server"
+                assert not any(task.done() for task in polls)
+                sent: list[str] = []
+                for n in (1, 2, 3):
+                    sent.append((await p.send(thrust.Message(topic="t", body=b"%d" % n))).message_id)
+                    await answered(n)
+                    if n == 1:  # the third call now has a stream: it reaches the server and waits
+                        await _until(
+                            lambda: receives() == 3 and srv.pending_polls("g") == 2, 10, "the third poll ran"
+                        )
+                got: list[str] = []
+                for task in polls:
+                    stream = task.result()
+                    assert status_of(stream).code == d.Code.OK
+                    got += [m.system_properties.message_id for m in messages_of(stream)]
+                assert sorted(got) == sorted(sent)
+                assert receives() == 3 and srv.pending_polls("g") == 0
+
+    run(scenario)
+
+
+@pytest.mark.parametrize("value", [0, -1])
+def test_s8e_max_concurrent_streams_must_be_positive(value: int) -> None:
+    """0 cannot mean "off" here (gRPC would advertise 0 streams: no call could run), so 0 and negative
+    values are refused like the other limits, with ValueError, before anything binds."""
+    with pytest.raises(ValueError, match="max_concurrent_streams must be > 0"):
+        ServerConfig(max_concurrent_streams=value).check_limits()
+
+    async def scenario() -> None:
+        with pytest.raises(ValueError, match="max_concurrent_streams"):
+            async with embedded_server(max_concurrent_streams=value):
+                pass
 
     run(scenario)

@@ -162,6 +162,14 @@ def register(subparsers: Any) -> None:
         "TOO_MANY_REQUESTS (default 1024; 0: no limit)",
     )
     limits.add_argument(
+        "--max-concurrent-streams",
+        type=int,
+        default=1024,
+        metavar="N",
+        help="calls one connection may have open at once; a client's further calls wait until one ends "
+        "(default 1024)",
+    )
+    limits.add_argument(
         "--min-ping-interval",
         type=float,
         default=10.0,
@@ -261,6 +269,7 @@ def _config(args: argparse.Namespace) -> ServerConfig:
         date_time_window=window,
         max_inbound_message_size=args.max_inbound_message_size,
         max_pending_polls=args.max_pending_polls,
+        max_concurrent_streams=args.max_concurrent_streams,
         min_ping_interval=args.min_ping_interval,
         keepalive_time=args.keepalive_time,
         keepalive_timeout=args.keepalive_timeout,

@@ -130,6 +130,9 @@ class ServerConfig:
         max_pending_polls: ReceiveMessage calls that may wait at once per consumer group on one broker;
             the next one answers TOO_MANY_REQUESTS (S8; upstream's pop hold queue, `popPollingSize`
             1024, answers POLLING_FULL). 0: no limit.
+        max_concurrent_streams: calls (HTTP/2 streams) one connection may have open at once, advertised as
+            SETTINGS_MAX_CONCURRENT_STREAMS (S8). A client over it is not failed: its extra calls wait on
+            the client side until one of its open calls ends. Default 1024 (see the field).
         min_ping_interval: the shortest interval between client pings the server tolerates; a client
             pinging faster gets GOAWAY `too_many_pings` after 2 strikes (S8). 10 s = thrust's keepalive
             (Java pings every 300 s). 0: any rate.
@@ -166,6 +169,13 @@ class ServerConfig:
     date_time_window: float | Literal["auto"] | None = "auto"
     max_inbound_message_size: int = MAX_INBOUND_MESSAGE_SIZE
     max_pending_polls: int = 1024
+    # HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS makes a client's calls past the bound wait on the client side
+    # (queued by its transport) rather than fail, so the bound only has to be generous: a push consumer
+    # holds one long-poll stream per assigned queue, plus Telemetry and its acks, across many topics, all
+    # on one connection per endpoint, and an ack queued behind long polls would wait for one to end. The
+    # Java proxy (grpc-netty) leaves it unlimited by default; a bound protects the single-node server
+    # from one connection opening streams without end.
+    max_concurrent_streams: int = 1024
     min_ping_interval: float = 10.0
     keepalive_time: float = 60.0
     keepalive_timeout: float = 20.0
@@ -198,7 +208,7 @@ class ServerConfig:
         ):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name} must be >= 0 (0 turns it off)")
-        for name in ("keepalive_timeout", "handshake_timeout"):
+        for name in ("max_concurrent_streams", "keepalive_timeout", "handshake_timeout"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0")
 

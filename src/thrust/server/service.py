@@ -79,6 +79,9 @@ def _server_options(config: ServerConfig) -> list[tuple[str, Any]]:
         # S8: bounded inbound messages (the proxy's grpcMaxInboundMessageSize, 130 MiB by default).
         ("grpc.max_receive_message_length", config.max_inbound_message_size),
         ("grpc.max_send_message_length", -1),
+        # S8: calls open at once per connection (SETTINGS_MAX_CONCURRENT_STREAMS); a client's further calls
+        # wait in its transport until one ends, they are not refused.
+        ("grpc.max_concurrent_streams", config.max_concurrent_streams),
         # S8 keepalive enforcement. Clients may ping without calls (Java pings every 300 s even when idle,
         # thrust every 10 s: reference 2, catalogue C6); a client pinging more often than
         # `min_ping_interval` gets GOAWAY too_many_pings after `_MAX_PING_STRIKES` strikes.
