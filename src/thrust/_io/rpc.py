@@ -52,6 +52,7 @@ logger = logging.getLogger("thrust.io")
 _EOF: Any = grpc.aio.EOF  # type: ignore[attr-defined]  # missing from grpc-stubs
 
 OK_ONLY: frozenset[int] = frozenset({Code.OK})
+_TRANSIENT_FAILURE = grpc.ChannelConnectivity.TRANSIENT_FAILURE
 # Send and Ack answer MULTIPLE_RESULTS when entries differ; the caller inspects entries (reference §1.5).
 OK_OR_MULTIPLE: frozenset[int] = frozenset({Code.OK, Code.MULTIPLE_RESULTS})
 
@@ -228,6 +229,25 @@ class RpcClient:
         """True once `close()` was called."""
         return self._closed
 
+    def _unreachable(self, what: str, request_id: str | None) -> ConnectionError | None:
+        """The error for a call that would fail fast because the channel cannot connect, else None.
+
+        A channel in TRANSIENT_FAILURE fails every call without wait-for-ready at once with UNAVAILABLE
+        ("failed to connect to all addresses") and keeps reconnecting on its own, with its backoff
+        (`channel_options`), whether calls come or not. Raising that same retriable error here, without
+        starting the call, changes nothing the caller sees, and it keeps grpc.aio's native batch out of
+        it: during a partition a producer at 200 msg/s makes ~500 such calls a second, and a small share
+        of calls that fail this way never free their batch's native op array (grpc/grpc#43360; measured
+        with memray in the soak, docs/reliability.md "What grows").
+        """
+        if self._channel.get_state() is not _TRANSIENT_FAILURE:
+            return None
+        return ConnectionError(
+            f"{what} failed: UNAVAILABLE: {self.endpoint} is unreachable (channel in TRANSIENT_FAILURE, "
+            "reconnecting)",
+            request_id=request_id,
+        )
+
     async def unary(
         self,
         rpc: str,
@@ -239,6 +259,9 @@ class RpcClient:
         if self._closed:
             raise ClientClosedError(f"{rpc}: the client is closed")
         md = self._metadata()
+        unreachable = self._unreachable(rpc, Metadata.request_id_of(md))
+        if unreachable is not None:
+            raise unreachable
         try:
             response = await getattr(self._stub, rpc)(request, timeout=timeout, metadata=md)
         except grpc.RpcError as exc:
@@ -275,6 +298,9 @@ class RpcClient:
         text = ""
         messages: list[Any] = []
         delivery: float | None = None
+        unreachable = self._unreachable("ReceiveMessage", Metadata.request_id_of(md))
+        if unreachable is not None:
+            raise unreachable
         call = self._stub.ReceiveMessage(request, timeout=timeout, metadata=md)
         try:
             async for response in call:

@@ -1,0 +1,107 @@
+"""Calls on a channel that cannot connect fail fast and typed, without starting a gRPC call.
+
+A channel in TRANSIENT_FAILURE fails calls at once with UNAVAILABLE and reconnects on its own; thrust raises
+the same retriable ConnectionError before starting the call, because grpc.aio leaks the native op array of
+a share of calls that fail this way (grpc/grpc#43360; docs/reliability.md "What grows"). These tests pin
+both halves: no call reaches gRPC while the channel is down, and the channel still comes back by itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from typing import Any
+
+import grpc
+import pytest
+
+import thrust
+from tests.client._util import run
+from tests.client.test_client_channel_closed import _receive_request
+from tests.server._wire import message
+from thrust._core.endpoints import parse_endpoint
+from thrust._io.metadata import Metadata
+from thrust._io.rpc import RpcClient
+from thrust._proto.apache.rocketmq.v2 import service_pb2 as s
+from thrust.testing import embedded_server
+
+
+class _CountingStub:
+    """The real stub, counting the calls started through it."""
+
+    def __init__(self, stub: Any) -> None:
+        self.stub = stub
+        self.started = 0
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.stub, name)
+
+        def start(*args: Any, **kwargs: Any) -> Any:
+            self.started += 1
+            return method(*args, **kwargs)
+
+        return start
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+async def _until(condition: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, what
+        await asyncio.sleep(0.05)
+
+
+def test_no_grpc_call_while_the_channel_cannot_connect_and_it_comes_back_alone() -> None:
+    async def scenario() -> None:
+        port = _free_port()
+        endpoint = f"127.0.0.1:{port}"
+        config = thrust.ClientConfig(endpoint)
+        client = RpcClient(parse_endpoint(endpoint), config, Metadata(config, "unreachable"))
+        stub = _CountingStub(client._stub)
+        client._stub = stub
+        channel = client._channel
+        try:
+            # Nothing listens: the first call connects, fails, and leaves the channel in TRANSIENT_FAILURE.
+            with pytest.raises(thrust.ConnectionError):
+                await client.unary("QueryRoute", s.QueryRouteRequest(), 2.0)
+            assert stub.started == 1
+            await _until(
+                lambda: channel.get_state() is grpc.ChannelConnectivity.TRANSIENT_FAILURE,
+                10.0,
+                "the channel never reached TRANSIENT_FAILURE",
+            )
+            for _ in range(20):
+                with pytest.raises(thrust.ConnectionError) as info:
+                    await client.unary("SendMessage", s.SendMessageRequest(messages=[message("t")]), 2.0)
+                assert info.value.retriable
+                assert info.value.code is None  # a transport failure: it counts towards recovery
+                assert "TRANSIENT_FAILURE" in str(info.value)
+                with pytest.raises(thrust.ConnectionError):
+                    await client.receive(_receive_request(), 2.0)
+            assert stub.started == 1  # none of the 40 calls above started a gRPC call
+
+            # The server comes up; with no call made, the channel reconnects on its own (its backoff is
+            # at most 5 s), and the next call goes through.
+            async with embedded_server(topics=["t"], groups=["g"], port=port) as srv:
+                await _until(
+                    lambda: channel.get_state() is grpc.ChannelConnectivity.READY,
+                    20.0,
+                    "the channel did not reconnect by itself",
+                )
+                response = await client.unary(
+                    "SendMessage", s.SendMessageRequest(messages=[message("t")]), 5.0
+                )
+                assert response.entries[0].message_id
+                assert srv.stats.calls["SendMessage"] == 1
+                assert stub.started == 2
+        finally:
+            await client.close(0.1)
+
+    run(scenario)
