@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import json
 import os
@@ -202,6 +203,10 @@ class _Soak:
         self.simple_last_got = time.monotonic()
         self.simple_errors: dict[str, int] = {}
         self.stalls: list[dict[str, Any]] = []
+        # The client's tasks by coroutine at a check over the task bound (at most 10), to tell a leak from
+        # work still finishing after a heal.
+        self.task_excess: list[dict[str, Any]] = []
+        self._task_ref: int | None = None
         self._last_dump = 0.0
 
     async def produce(self, producer: thrust.Producer) -> None:
@@ -332,7 +337,17 @@ class _Soak:
             min(r[3] for r in reads),
             min(r[4] for r in reads),
         )
-        return self.take_sample(kind, floor)
+        sample = self.take_sample(kind, floor)
+        if self._task_ref is None:
+            self._task_ref = sample.tasks
+        elif abs(sample.tasks - self._task_ref) > FD_TASK_SLACK and len(self.task_excess) < 10:
+            names = collections.Counter(
+                getattr(t.get_coro(), "__qualname__", t.get_name())
+                for t in asyncio.all_tasks()
+                if _client_task(t)
+            )
+            self.task_excess.append({"t": sample.t, "kind": kind, "tasks": dict(names.most_common())})
+        return sample
 
     def take_sample(
         self, kind: str = "periodic", counts: tuple[float, int, int, int, int] | None = None
@@ -634,6 +649,7 @@ def _figures(state: _Soak, final: Any, end_fds: int, end_tasks: int) -> dict[str
         "fault_windows_s": state.windows,
         "simple_receive_errors": state.simple_errors,
         "simple_stalls": state.stalls,
+        "task_excess": state.task_excess,
         "ok": all(r.ok for r in reports.values())
         and bool(p5["rss_ok"])
         and bool(p5["fd_task_ok"])
@@ -667,6 +683,8 @@ def _print(figures: dict[str, Any]) -> None:
     print("P5: " + ", ".join(f"{k}={v}" for k, v in figures["p5"].items()))
     print(f"fault windows (name, from s, healed s): {figures['fault_windows_s']}")
     print(f"simple consumer receive errors: {figures['simple_receive_errors']}")
+    for excess in figures["task_excess"]:
+        print(f"client tasks over the bound at t={excess['t']}s ({excess['kind']}): {excess['tasks']}")
     for stall in figures["simple_stalls"]:
         print(f"simple consumer stalled at t={stall['t']}s for {stall['idle_s']}s in: {stall['await_chain']}")
     print(f"recovery times after each heal (s): {figures['recovery_times_s']}")
