@@ -58,7 +58,27 @@ def test_flat_run_passes() -> None:
 
 def test_steady_growth_over_ten_percent_fails() -> None:
     r = p5(hour(rss_at=lambda t: 60.0 + t / 300))  # +12 MiB over the hour: a leak
-    assert not r["rss_ok"] and r["rss_growth_max"] > 0.10
+    assert not r["rss_ok"] and r["rss_growth"] > 0.10 and r["rss_growth_max"] > 0.10
+    # The windows: the first and the last 10 minutes of steady samples.
+    assert r["rss_windows_s"] == [[330, 930], [2970, 3570]]
+    assert r["rss_first_window_median_mib"] == pytest.approx(60.0 + 630 / 300)
+    assert r["rss_last_window_median_mib"] == pytest.approx(60.0 + 3270 / 300)
+
+
+def test_noise_around_a_flat_level_passes_but_a_leak_under_it_fails() -> None:
+    # Steady samples swinging by +-10 MiB (allocator slack) with no trend: the largest against the first
+    # is +30 %, which is noise, not growth.
+    swing = {0: -10.0, 1: 10.0, 2: 0.0, 3: 5.0, 4: -5.0}
+
+    def noisy(t: float) -> float:
+        return 75.0 + swing[int(t // 60) % 5]
+
+    r = p5(hour(rss_at=noisy))
+    assert r["rss_ok"] and r["rss_growth"] == 0.0
+    assert r["rss_growth_max"] > 0.25  # reported, not judged
+    # The same noise on top of a leak of 0.2 MiB a minute (+11 MiB over the hour) fails.
+    r = p5(hour(rss_at=lambda t: noisy(t) + t / 300))
+    assert not r["rss_ok"] and r["rss_growth"] > 0.10
 
 
 def test_warm_up_growth_does_not_count() -> None:
@@ -84,7 +104,17 @@ def test_without_faults_every_sample_is_steady() -> None:
     samples.insert(0, sample(0, 50.0, "cycle-end"))
     samples.append(sample(610, 60.0, "final"))
     r = p5(samples, fault_interval=0.0)
-    assert r["rss_baseline_t"] == 300 and not r["rss_ok"]  # 67 / 60 = +11.7 %
+    # Periodic samples count: a third of 300..590 at each end.
+    assert r["rss_baseline_t"] == 300 and r["rss_windows_s"] == [[300, 390], [500, 590]]
+    assert r["rss_ok"] and r["rss_growth_max"] == pytest.approx(7 / 60, abs=1e-3)  # one spike: reported
+    growing = [sample(t, 60.0 + max(0, t - 300) / 20) for t in range(0, 600, 10)]
+    r = p5([*growing, sample(610, 75.0, "final")], fault_interval=0.0)
+    assert not r["rss_ok"] and r["rss_growth"] > 0.10
+
+
+def test_too_few_steady_samples_is_not_a_pass() -> None:
+    r = p5([sample(t, 60.0, "cycle-end") for t in (30, 330, 390)])
+    assert not r["rss_ok"]  # two steady samples after the warm-up: no verdict
 
 
 def test_without_faults_fds_and_tasks_are_checked_at_the_end() -> None:
