@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import ctypes
 import gc
 import socket
@@ -71,9 +72,7 @@ async def _serve() -> None:
 
 class _Server:
     def __init__(self) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, __file__, "--serve"], stdout=subprocess.PIPE, text=True
-        )
+        self.proc = subprocess.Popen([sys.executable, __file__, "--serve"], stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None
         self.port = int(self.proc.stdout.readline())
 
@@ -105,13 +104,13 @@ async def _probe(kind: str, calls: int, body: bytes) -> tuple[float, int]:
         if kind == "ok":
             await unary(body)
         elif kind in ("deadline", "refused", "silent"):
-            with _suppress_rpc_error():
+            with contextlib.suppress(grpc.RpcError, asyncio.CancelledError):
                 await unary(sleep, timeout=0.05)
         elif kind == "cancel":
             call = unary(sleep)
             await asyncio.sleep(0.005)
             call.cancel()
-            with _suppress_rpc_error():
+            with contextlib.suppress(grpc.RpcError, asyncio.CancelledError):
                 await call
 
     async def channel_close() -> None:
@@ -158,14 +157,6 @@ async def _probe(kind: str, calls: int, body: bytes) -> tuple[float, int]:
         if keep is not None:
             keep.close()
     return (after - before) / (steps * per_step), steps * per_step
-
-
-class _suppress_rpc_error:  # noqa: N801 - used like contextlib.suppress
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: object, exc: object, tb: object) -> bool:
-        return isinstance(exc, (grpc.RpcError, asyncio.CancelledError))
 
 
 KINDS = ("ok", "deadline", "cancel", "channel-close", "server-killed", "refused", "silent")
