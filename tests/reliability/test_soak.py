@@ -151,6 +151,8 @@ def test_short_soak_end_to_end(tmp_path: Path) -> None:
     kinds = [s["kind"] for s in figures["samples"]]
     assert kinds.count("cycle-end") == 2 and kinds[-1] == "final"
     assert all(s["server_rss_mib"] for s in figures["samples"])
+    assert all(s["heap_in_use_mib"] for s in figures["samples"])  # glibc: mallinfo2
+    assert all(figures["p5"]["heap_in_use_window_medians_mib"])
     assert figures["p5"]["push_cache_ok"]
     # The history files were kept (--history-dir) and give the same verdicts when checked again.
     from thrust.reliability.history import History, check

@@ -50,6 +50,7 @@ import argparse
 import asyncio
 import collections
 import contextlib
+import ctypes
 import json
 import os
 import random
@@ -107,6 +108,36 @@ class Sample:
     fds_total: int = 0
     tasks_total: int = 0
     server_rss_mib: float | None = None  # the `thrust serve` child's RSS (information only)
+    # glibc's heap in use (mallinfo2 uordblks; None elsewhere), information only: with RSS it tells a
+    # leak (in use grows) from allocator slack (RSS moves, in use does not).
+    heap_in_use_mib: float | None = None
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [
+        (name, ctypes.c_size_t)
+        for name in "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()
+    ]
+
+
+def _load_mallinfo2() -> Any:
+    try:
+        fn = ctypes.CDLL(None).mallinfo2  # glibc >= 2.33
+    except (OSError, AttributeError):
+        return None
+    fn.restype = _MallInfo2
+    return fn
+
+
+_MALLINFO2 = _load_mallinfo2()
+
+
+def _heap_in_use_mib() -> float | None:
+    """Bytes malloc has handed out and not got back, in MiB (small chunks plus mmapped ones)."""
+    if _MALLINFO2 is None:
+        return None
+    info = _MALLINFO2()
+    return float(info.uordblks + info.hblkhd) / 2**20
 
 
 def _rss_mib(pid: int | str = "self") -> float | None:
@@ -363,6 +394,7 @@ class _Soak:
         self.max_cached = max(self.max_cached, cached)
         rss, fds, fds_total, client_tasks, tasks_total = counts or self._counts()
         server_rss = _rss_mib(self.server_pid) if self.server_pid is not None else None
+        heap = _heap_in_use_mib()
         s = Sample(
             t=round(time.monotonic() - self.started, 1),
             rss_mib=round(rss, 1),
@@ -376,12 +408,14 @@ class _Soak:
             fds_total=fds_total,
             tasks_total=tasks_total,
             server_rss_mib=None if server_rss is None else round(server_rss, 1),
+            heap_in_use_mib=None if heap is None else round(heap, 1),
         )
         self.samples.append(s)
         if self.args.verbose:
             server = "" if s.server_rss_mib is None else f" server_rss={s.server_rss_mib:7.1f}MiB"
+            in_use = "" if s.heap_in_use_mib is None else f" (heap in use {s.heap_in_use_mib:6.1f})"
             print(
-                f"t={s.t:7.1f}s rss={s.rss_mib:7.1f}MiB fds={s.fds:4d}/{s.fds_total:<4d} "
+                f"t={s.t:7.1f}s rss={s.rss_mib:7.1f}MiB{in_use} fds={s.fds:4d}/{s.fds_total:<4d} "
                 f"threads={s.threads:3d} tasks={s.tasks:4d}/{s.tasks_total:<4d} "
                 f"push_cache={s.push_cached_bytes:>9d}B sent_ok={s.sent_ok}{server} "
                 f"{s.fault}{'' if kind == 'periodic' else ' [' + kind + ']'}",
@@ -545,6 +579,11 @@ def _rss_windows(steady: Sequence[Sample]) -> tuple[list[Sample], list[Sample]]:
     return [s for s in steady if s.t <= start + width], [s for s in steady if s.t >= end - width]
 
 
+def _median_heap(samples: Sequence[Sample]) -> float | None:
+    values = [s.heap_in_use_mib for s in samples if s.heap_in_use_mib is not None]
+    return statistics.median(values) if values else None
+
+
 def _p5(state: _Soak) -> dict[str, Any]:
     """P5 from the samples (see the module docstring for the exact rules)."""
     args = state.args
@@ -601,6 +640,7 @@ def _p5(state: _Soak) -> dict[str, Any]:
         "rss_first_window_median_mib": first_median,
         "rss_last_window_median_mib": last_median,
         "rss_growth": round(growth, 4),
+        "heap_in_use_window_medians_mib": [_median_heap(first), _median_heap(last)],
         "rss_ok": len(steady) >= 3 and growth <= RSS_GROWTH,
         "rss_peak_any_sample_after_baseline_mib": peak_rss,
         "rss_peak_growth_any_sample": round(growth_peak, 4),
