@@ -4,11 +4,13 @@
     python -m thrust.reliability.soak --duration 420 --json out.json
 
 The server runs as a `thrust serve` child process (`--in-process` puts it in the sampled process
-instead; its in-memory store then dominates RSS). The sampled process holds a FaultProxy in front of the
-server (listening on 127.0.0.2 with the server's port, so the routes the server hands out lead through
-the proxy too), a producer sending `--rate` messages/s with random bodies of 1 B..64 KiB, a PushConsumer
-and a SimpleConsumer in two groups (each group must get every message). Every `--fault-interval` seconds a
-fault is switched on for half the interval and healed for the other half (chaos style), cycling through
+instead; its in-memory store then dominates RSS). A FaultProxy runs in a child process too
+(`ProxyProcess`: its chunk buffers would otherwise be charged to the client) in front of the server,
+listening on 127.0.0.2 with the server's port, so the routes the server hands out lead through the
+proxy too. The sampled process holds the clients and the load: a producer sending `--rate`
+messages/s with random bodies of 1 B..64 KiB, a PushConsumer and a SimpleConsumer in two groups (each
+group must get every message). Every `--fault-interval` seconds a fault is switched on for half the
+interval and healed for the other half (chaos style), cycling through
 connection reset (F4), black hole (F5) and refused connections (F6). Every `--sample-interval` seconds,
 and once at the end of every healed half-cycle (just before the next fault), the process's RSS, open file
 descriptors, threads and asyncio tasks, the push consumer's cache and the server child's RSS are sampled.
@@ -36,10 +38,9 @@ P5, from the samples:
 - fds and asyncio tasks *of the client*: the sample taken just before the first fault is the baseline,
   and the sample at the end of every healed half-cycle, plus one after the final drain, must be within
   baseline +- 5 (each of these check samples is the minimum of 5 readings 0.2 s apart, so that calls
-  and bodies in flight at that instant do not count; a leak raises the minimum too). Sockets of the FaultProxy
-  (local 127.0.0.2:port, or remote 127.0.0.1:port) and tasks of the proxy and of the soak harness
-  (per-send tasks, sampler, chaos loop) are not the client's and are counted apart (the raw totals are
-  in the samples too);
+  and bodies in flight at that instant do not count; a leak raises the minimum too). Tasks of the soak
+  harness (per-send tasks, sampler, chaos loop) are not the client's and are counted apart (the raw
+  totals are in the samples too); the fds include the pipes to the two children (constant);
 - push cache never above its byte limit (64 MiB) plus one batch (32 messages of 64 KiB).
 The summary goes to stdout (and `--json`); the exit status is 0 when every verdict holds.
 """
@@ -68,7 +69,7 @@ from typing import Any
 import thrust
 from thrust.errors import ConnectionError, ThrustError, TimeoutError
 from thrust.reliability.history import History, HistoryRecorder, Report, check
-from thrust.reliability.proxy import PASS, Blackhole, FaultProxy, Mode, Refuse
+from thrust.reliability.proxy_process import ProxyProcess
 from thrust.testing import ServerProcess, embedded_server
 
 __all__ = ["Sample", "main", "soak"]
@@ -78,11 +79,8 @@ PUSH_GROUP = "soak-push"
 SIMPLE_GROUP = "soak-simple"
 MAX_BODY = 64 * 1024
 PUSH_CACHE_BYTES = 64 * 1024 * 1024
-FAULTS: tuple[tuple[str, Mode | None], ...] = (
-    ("reset", None),
-    ("blackhole", Blackhole()),
-    ("refuse", Refuse()),
-)
+# ProxyProcess commands, in turn: RST every live connection (F4), black hole (F5), refuse (F6).
+FAULTS: tuple[str, ...] = ("reset", "blackhole", "refuse")
 
 
 WARMUP = 300.0  # the catalogue's 5-minute warm-up before the RSS baseline
@@ -98,7 +96,7 @@ HARNESS_TASK_PREFIX = "soak-"
 class Sample:
     t: float  # seconds since the start
     rss_mib: float
-    fds: int  # the client's: every fd of the process minus the FaultProxy's sockets
+    fds: int  # the process's (the FaultProxy and the server are children)
     threads: int
     tasks: int  # the client's: every asyncio task minus the proxy's and the soak harness's
     push_cached_bytes: int
@@ -155,32 +153,6 @@ def _fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-def _hex_addr(host: str, port: int) -> str:
-    """An IPv4 address as /proc/net/tcp prints it (little-endian hex address, hex port)."""
-    a, b, c, d = (int(x) for x in host.split("."))
-    return f"{d:02X}{c:02X}{b:02X}{a:02X}:{port:04X}"
-
-
-def _proxy_fds(proxy_local: str, proxy_upstream: str) -> int:
-    """How many of this process's fds are FaultProxy sockets (by /proc/net/tcp addresses)."""
-    inodes: set[str] = set()
-    for fd in os.listdir("/proc/self/fd"):
-        with contextlib.suppress(OSError):
-            target = os.readlink(f"/proc/self/fd/{fd}")
-            if target.startswith("socket:["):
-                inodes.add(target[8:-1])
-    n = 0
-    with contextlib.suppress(OSError), open("/proc/net/tcp") as f:
-        next(f, None)
-        for line in f:
-            parts = line.split()
-            if len(parts) > 9 and parts[9] in inodes and proxy_local in (parts[1], parts[2]):
-                n += 1
-            elif len(parts) > 9 and parts[9] in inodes and parts[2] == proxy_upstream:
-                n += 1
-    return n
-
-
 def _await_chain(task: asyncio.Task[Any]) -> list[str]:
     """The chain of coroutines a task is suspended in, outermost first, and what the innermost awaits."""
     out: list[str] = []
@@ -198,10 +170,7 @@ def _await_chain(task: asyncio.Task[Any]) -> list[str]:
 
 
 def _client_task(task: asyncio.Task[Any]) -> bool:
-    if task.get_name().startswith(HARNESS_TASK_PREFIX):
-        return False
-    code = getattr(task.get_coro(), "cr_code", None)
-    return not (code is not None and code.co_filename.endswith(os.path.join("reliability", "proxy.py")))
+    return not task.get_name().startswith(HARNESS_TASK_PREFIX)
 
 
 def _body(pid: str, rng: random.Random) -> bytes:
@@ -226,8 +195,6 @@ class _Soak:
         self.push_after_restart = 0  # deliveries by the drain's successor consumer (see `_run`)
         self.push_acked_first = 0  # acks of the consumer that ran the load (its successor's come on top)
         self.server_pid: int | None = None
-        self.proxy_local = ""  # /proc/net/tcp form of the proxy's listening address
-        self.proxy_upstream = ""  # ... and of the server it forwards to
         self.fault = ""
         self.stopping = False
         self.sent_ok = 0
@@ -320,7 +287,7 @@ class _Soak:
                 self.simple_rec.ack_failed(ref, error=type(err).__name__)
         return len(batch)
 
-    async def chaos(self, proxy: FaultProxy) -> None:
+    async def chaos(self, proxy: ProxyProcess) -> None:
         if self.args.fault_interval <= 0:
             return
         k = 0
@@ -331,32 +298,29 @@ class _Soak:
                 break
             # The end of a healed half-cycle: fds and tasks must be back at the baseline (P5).
             await self.check_sample("cycle-end")
-            name, mode = FAULTS[k % len(FAULTS)]
+            name = FAULTS[k % len(FAULTS)]
             k += 1
             self.fault = name
             began = time.monotonic() - self.started
             for rec in (self.push_rec, self.simple_rec):
                 rec.fault_started(name)
-            if mode is None:
-                proxy.reset_connections()
-            else:
-                proxy.set_mode(mode)
+            await proxy.command(name)
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.sleep(half)
             # Heal for new connections (a black-holed live connection stays dead: the client must notice).
-            proxy.set_mode(PASS, scope="new" if name == "blackhole" else "all")
+            await proxy.command("pass", scope="new" if name == "blackhole" else "all")
             self.fault = ""
             self.windows.append((name, round(began, 1), round(time.monotonic() - self.started, 1)))
             for rec in (self.push_rec, self.simple_rec):
                 rec.fault_healed(name)
 
     def _counts(self) -> tuple[float, int, int, int, int]:
-        """(RSS MiB, client fds, all fds, client tasks, all tasks) right now."""
-        fds_total = _fds()
-        proxy_fds = _proxy_fds(self.proxy_local, self.proxy_upstream) if self.proxy_local else 0
+        """(RSS MiB, fds, all fds, client tasks, all tasks) right now (the proxy is a child: fds are all
+        the process's)."""
+        fds = _fds()
         tasks = asyncio.all_tasks()
         n_client = sum(1 for t in tasks if _client_task(t))
-        return _rss_mib() or 0.0, fds_total - proxy_fds, fds_total, n_client, len(tasks)
+        return _rss_mib() or 0.0, fds, fds, n_client, len(tasks)
 
     async def check_sample(self, kind: str) -> Sample:
         """A check sample: the floor (minimum) of CHECK_READS readings 0.2 s apart.
@@ -490,10 +454,8 @@ async def _run(state: _Soak) -> tuple[Any, int, int]:
                 embedded_server(topics=[f"{TOPIC}:8"], groups=[PUSH_GROUP, SIMPLE_GROUP])
             )
             port = srv.ports[0]
-        async with FaultProxy(target=("127.0.0.1", port), host="127.0.0.2", port=port) as proxy:
-            state.proxy_local = _hex_addr("127.0.0.2", port)
-            state.proxy_upstream = _hex_addr("127.0.0.1", port)
-            ep = f"127.0.0.2:{port}"
+        async with ProxyProcess(target=("127.0.0.1", port), host="127.0.0.2", port=port) as proxy:
+            ep = proxy.endpoint
             producer = thrust.Producer(endpoints=ep, topics=[TOPIC], request_timeout=args.request_timeout)
             simple = thrust.SimpleConsumer(
                 endpoints=ep,
@@ -531,7 +493,7 @@ async def _run(state: _Soak) -> tuple[Any, int, int]:
                 for t in tasks[1:]:
                     with contextlib.suppress(asyncio.CancelledError):
                         await t
-                proxy.set_mode(PASS)
+                await proxy.command("pass")
                 # Drain: messages of lost receive replies come back after their invisible time (15 s).
                 quiet = 0.0
                 deadline = time.monotonic() + args.drain
