@@ -98,7 +98,7 @@ class Sample:
     rss_mib: float
     fds: int  # the process's (the FaultProxy and the server are children)
     threads: int
-    tasks: int  # the client's: every asyncio task minus the proxy's and the soak harness's
+    tasks: int  # the client's: every asyncio task minus the soak harness's
     push_cached_bytes: int
     sent_ok: int
     fault: str  # the active fault, "" when healed
