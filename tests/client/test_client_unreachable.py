@@ -2,7 +2,7 @@
 
 A channel in TRANSIENT_FAILURE fails calls at once with UNAVAILABLE and reconnects on its own; thrust raises
 the same retriable ConnectionError before starting the call, because grpc.aio leaks the native op array of
-a share of calls that fail this way (grpc/grpc#43360; docs/reliability.md "What grows"). These tests pin
+a share of calls that fail this way (grpc/grpc#43360; docs/reliability.md bug 8). These tests pin
 both halves: no call reaches gRPC while the channel is down, and the channel still comes back by itself.
 """
 

@@ -229,8 +229,8 @@ class RpcClient:
         """True once `close()` was called."""
         return self._closed
 
-    def _unreachable(self, what: str, request_id: str | None) -> ConnectionError | None:
-        """The error for a call that would fail fast because the channel cannot connect, else None.
+    def _check_reachable(self, what: str, request_id: str | None) -> None:
+        """Raise the error of a call that would fail fast because the channel cannot connect.
 
         A channel in TRANSIENT_FAILURE fails every call without wait-for-ready at once with UNAVAILABLE
         ("failed to connect to all addresses") and keeps reconnecting on its own, with its backoff
@@ -238,15 +238,14 @@ class RpcClient:
         starting the call, changes nothing the caller sees, and it keeps grpc.aio's native batch out of
         it: during a partition a producer at 200 msg/s makes ~500 such calls a second, and a small share
         of calls that fail this way never free their batch's native op array (grpc/grpc#43360; measured
-        with memray in the soak, docs/reliability.md "What grows").
+        with memray in the soak, docs/reliability.md bug 8).
         """
-        if self._channel.get_state() is not _TRANSIENT_FAILURE:
-            return None
-        return ConnectionError(
-            f"{what} failed: UNAVAILABLE: {self.endpoint} is unreachable (channel in TRANSIENT_FAILURE, "
-            "reconnecting)",
-            request_id=request_id,
-        )
+        if self._channel.get_state() is _TRANSIENT_FAILURE:
+            raise ConnectionError(
+                f"{what} failed: UNAVAILABLE: {self.endpoint} is unreachable (channel in TRANSIENT_FAILURE, "
+                "reconnecting)",
+                request_id=request_id,
+            )
 
     async def unary(
         self,
@@ -259,9 +258,7 @@ class RpcClient:
         if self._closed:
             raise ClientClosedError(f"{rpc}: the client is closed")
         md = self._metadata()
-        unreachable = self._unreachable(rpc, Metadata.request_id_of(md))
-        if unreachable is not None:
-            raise unreachable
+        self._check_reachable(rpc, Metadata.request_id_of(md))
         try:
             response = await getattr(self._stub, rpc)(request, timeout=timeout, metadata=md)
         except grpc.RpcError as exc:
@@ -298,9 +295,7 @@ class RpcClient:
         text = ""
         messages: list[Any] = []
         delivery: float | None = None
-        unreachable = self._unreachable("ReceiveMessage", Metadata.request_id_of(md))
-        if unreachable is not None:
-            raise unreachable
+        self._check_reachable("ReceiveMessage", Metadata.request_id_of(md))
         call = self._stub.ReceiveMessage(request, timeout=timeout, metadata=md)
         try:
             async for response in call:
