@@ -164,3 +164,27 @@ def test_short_soak_end_to_end(tmp_path: Path) -> None:
         require_ack=False,
     )
     assert report.summary == figures["reports"]["push"]
+
+
+def test_a_check_over_the_task_bound_records_the_clients_tasks(tmp_path: Path) -> None:
+    async def scenario() -> dict[str, Any]:
+        state = soak_mod._Soak(args(verbose=False), tmp_path)
+        try:
+            state.started = 0.0
+            await state.check_sample("cycle-end")  # the baseline
+            stray = [asyncio.create_task(asyncio.sleep(60)) for _ in range(soak_mod.FD_TASK_SLACK + 1)]
+            try:
+                await state.check_sample("cycle-end")
+            finally:
+                for t in stray:
+                    t.cancel()
+                await asyncio.gather(*stray, return_exceptions=True)
+            await state.check_sample("cycle-end")  # back within the bound: nothing recorded
+            assert len(state.task_excess) == 1
+            return state.task_excess[0]
+        finally:
+            state.close()
+
+    excess = asyncio.run(scenario())
+    assert excess["kind"] == "cycle-end"
+    assert excess["tasks"]["sleep"] == soak_mod.FD_TASK_SLACK + 1
