@@ -18,6 +18,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "thrust.cli.serve",
     "thrust.cli.perf",
     "thrust.cli.bench",
+    "thrust.cli.cluster",
 )
 
 

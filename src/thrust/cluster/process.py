@@ -1,0 +1,624 @@
+"""Start and stop a real Apache RocketMQ 5 (namesrv, broker(s), gRPC proxy) as JVM child processes.
+
+Two shapes:
+- `mode="local"`: a namesrv and one proxy in local mode, the broker running inside the proxy's JVM
+  (`ProxyStartup -pm local -bc broker.conf`): two JVMs, the cheapest real engine.
+- `mode="cluster"`: a namesrv, brokers `broker-a` and `broker-b`, and one cluster-mode proxy that talks
+  to them over remoting: four JVMs, for routes and assignments that span two brokers.
+
+Every process gets its own `user.home` (logs land in `~/logs/rocketmqlogs`), its own logback file from
+the jars (`rmq.<role>.logback.xml`), a small heap and free loopback ports. The store and the homes live
+in one temporary folder, removed on `stop()`. The order is upstream's: namesrv, then brokers (each
+registered), then the proxy; readiness is the boot line on stdout, then a gRPC QueryRoute answered OK.
+A JVM that exits or does not become ready raises `ClusterError` with its last log lines.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final, Literal
+
+from thrust.cluster.admin import MESSAGE_TYPES, RemotingAdmin
+from thrust.cluster.jars import ROCKETMQ_VERSION, fetch_jars, require
+
+__all__ = ["ENV_VAR", "ClusterError", "ClusterInfo", "RocketMQCluster", "attach_from_env"]
+
+ENV_VAR: Final = "THRUST_ROCKETMQ"
+"""`thrust cluster --exec` puts the running cluster's `ClusterInfo` here (JSON) for its child."""
+
+CLUSTER_NAME: Final = "DefaultCluster"
+
+# JDK 17 closes these packages; RocketMQ's netty and store reach into them (upstream's runbroker.sh).
+_JDK17_OPENS: Final = (
+    "--add-opens=java.base/java.lang=ALL-UNNAMED",
+    "--add-opens=java.base/java.nio=ALL-UNNAMED",
+    "--add-opens=java.base/java.util=ALL-UNNAMED",
+    "--add-opens=java.base/jdk.internal.ref=ALL-UNNAMED",
+    "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
+    "--add-exports=java.base/sun.nio.ch=ALL-UNNAMED",
+)
+# Upstream's scripts size heaps for servers (4-8 GB); a two-core test box needs far less. C1 only
+# starts the JVMs noticeably faster and the tests never run long enough for C2 to pay off.
+_HEAPS: Final = {
+    "namesrv": ("-Xmx256m",),
+    "broker": ("-Xmx512m", "-XX:MaxDirectMemorySize=512m"),
+    "proxy-cluster": ("-Xmx512m",),
+    "proxy-local": ("-Xmx1g", "-XX:MaxDirectMemorySize=512m"),
+    "tools": ("-Xmx256m",),
+}
+_MAIN: Final = {
+    "namesrv": "org.apache.rocketmq.namesrv.NamesrvStartup",
+    "broker": "org.apache.rocketmq.broker.BrokerStartup",
+    "proxy": "org.apache.rocketmq.proxy.ProxyStartup",
+    "tools": "org.apache.rocketmq.tools.command.MQAdminStartup",
+}
+_READY: Final = {
+    "namesrv": re.compile(r"The Name Server boot success"),
+    "broker": re.compile(r"The broker\[.*\] boot success"),
+    "proxy": re.compile(r"rocketmq-proxy startup successfully"),
+}
+# Lines after which waiting longer is pointless (the JVM will not come up).
+_FATAL: Final = re.compile(
+    r"Address already in use|Please set the ROCKETMQ_HOME|Lock failed,MQ already started|"
+    r"DefaultHeartBeatSyncerTopic failed|Error: Could not find or load main class|OutOfMemoryError"
+)
+
+
+class ClusterError(RuntimeError):
+    """A RocketMQ process failed to start, exited, or an admin step failed."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterInfo:
+    """Where a running cluster listens: enough for another process to use it (see `attach_from_env`)."""
+
+    endpoint: str
+    """The proxy's gRPC `host:port`: what clients connect to."""
+    namesrv: str
+    brokers: tuple[str, ...]
+    """Each master broker's remoting `host:port` (admin requests go there)."""
+    mode: str
+    version: str
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "endpoint": self.endpoint,
+                "namesrv": self.namesrv,
+                "brokers": list(self.brokers),
+                "mode": self.mode,
+                "version": self.version,
+            }
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> ClusterInfo:
+        raw = json.loads(text)
+        return cls(raw["endpoint"], raw["namesrv"], tuple(raw["brokers"]), raw["mode"], raw["version"])
+
+    def admin(self) -> RemotingAdmin:
+        return RemotingAdmin(self.brokers)
+
+
+def attach_from_env(mode: str | None = None) -> ClusterInfo | None:
+    """The cluster that `thrust cluster --exec` started for this process, if any (and of `mode`).
+
+    `THRUST_ROCKETMQ` holds one `ClusterInfo` JSON object, or a JSON list of them (one per mode).
+    """
+    raw = os.environ.get(ENV_VAR)
+    if not raw:
+        return None
+    items = json.loads(raw)
+    for item in items if isinstance(items, list) else [items]:
+        info = ClusterInfo.from_json(json.dumps(item))
+        if mode is None or info.mode == mode:
+            return info
+    return None
+
+
+def _free_port(host: str = "127.0.0.1", *, also: Sequence[int] = ()) -> int:
+    """A port free now on `host`, whose offsets in `also` (e.g. -2 and +1 for a broker) are free too."""
+    for _ in range(200):
+        with socket.socket() as probe:
+            probe.bind((host, 0))
+            port: int = probe.getsockname()[1]
+        extra = [port + d for d in also]
+        if any(p <= 1024 or p >= 65535 for p in extra):
+            continue
+        if all(_is_free(host, p) for p in extra):
+            return port
+    raise ClusterError("no free port block found")
+
+
+def _is_free(host: str, port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+class _Jvm:
+    """One RocketMQ JVM: command, log file, readiness line, stop."""
+
+    def __init__(
+        self, name: str, role: str, main: str, args: Sequence[str], heap: Sequence[str], root: Path, lib: Path
+    ) -> None:
+        self.name = name
+        self.role = role
+        self.home = root / name
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.log_path = self.home / "stdout.log"
+        self.command = [
+            require("java", "install OpenJDK 17 or newer"),
+            *heap,
+            "-XX:TieredStopAtLevel=1",
+            "-XX:+UseSerialGC",
+            *_JDK17_OPENS,
+            f"-Duser.home={self.home}",
+            f"-Drocketmq.home.dir={self.home}",
+            f"-Drmq.logback.configurationFile=rmq.{role}.logback.xml",
+            "-Dtls.server.mode=disabled" if role != "proxy" else "-Dtls.server.mode=permissive",
+            "-cp",
+            str(lib / "*"),
+            main,
+            *args,
+        ]
+        self.process: subprocess.Popen[bytes] | None = None
+        self.started_at = 0.0
+        self.ready_after = 0.0
+
+    def start(self) -> None:
+        env = dict(os.environ)
+        # NamesrvStartup and BrokerStartup exit without it; any existing folder will do.
+        env["ROCKETMQ_HOME"] = str(self.home)
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                self.command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                cwd=self.home,
+                start_new_session=True,  # a Ctrl-C in the shell reaches us, and we stop the JVMs in order
+            )
+        self.started_at = time.monotonic()
+
+    def wait_ready(self, pattern: re.Pattern[str], deadline: float) -> None:
+        assert self.process is not None
+        while True:
+            text = self.log_path.read_text(errors="replace")
+            if pattern.search(text):
+                self.ready_after = time.monotonic() - self.started_at
+                return
+            if self.process.poll() is not None:
+                raise ClusterError(f"{self.name} exited with {self.process.returncode}\n{self.tail()}")
+            fatal = _FATAL.search(text)
+            if fatal:
+                raise ClusterError(f"{self.name} cannot start ({fatal.group(0)})\n{self.tail()}")
+            if time.monotonic() > deadline:
+                raise ClusterError(f"{self.name} not ready in time\n{self.tail()}")
+            time.sleep(0.1)
+
+    def tail(self, lines: int = 40) -> str:
+        """The last lines of stdout and of the main RocketMQ log under `user.home`."""
+        parts = []
+        for path in [self.log_path, *sorted((self.home / "logs").glob("rocketmqlogs/*.log"))]:
+            with contextlib.suppress(OSError):
+                text = path.read_text(errors="replace").splitlines()[-lines:]
+                if text:
+                    parts.append(
+                        f"--- {self.name}: {path.name} (last {len(text)} lines) ---\n" + "\n".join(text)
+                    )
+        return "\n".join(parts)
+
+    def rss_bytes(self) -> int:
+        if self.process is None or self.process.poll() is not None:
+            return 0
+        try:
+            with open(f"/proc/{self.process.pid}/status") as status:
+                for line in status:
+                    if line.startswith("VmRSS:"):
+                        return int(line.split()[1]) * 1024
+        except OSError:
+            return 0
+        return 0
+
+    def terminate(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+
+    def wait_or_kill(self, deadline: float) -> None:
+        process = self.process
+        if process is None:
+            return
+        try:
+            process.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def stop(self, grace: float = 5.0) -> None:
+        self.terminate()
+        self.wait_or_kill(time.monotonic() + grace)
+
+
+class RocketMQCluster:
+    """A real Apache RocketMQ on loopback, from the Maven Central jars.
+
+    Args:
+        mode: `"local"` (namesrv + a local-mode proxy with its broker inside) or `"cluster"` (namesrv,
+            two brokers, a cluster-mode proxy).
+        topics: created with `mqadmin updateTopicList` at start, as `NAME` or `NAME:TYPE` (TYPE one of
+            NORMAL, FIFO, DELAY, TRANSACTION, MIXED).
+        groups: created with `mqadmin updateSubGroupList` at start, as `NAME` or `NAME:fifo`.
+        version: the RocketMQ release (default: `ROCKETMQ_VERSION`).
+        proxy_config: extra `rmq-proxy.json` keys over the harness's
+            (e.g. `{"minInvisibleTimeMillsForRecv": 1000}`).
+        broker_config: extra broker `.conf` keys over the harness's.
+        startup_timeout: seconds for the whole start.
+        keep: keep the state folder on stop (for reading the logs).
+        stop_grace: seconds each JVM gets after SIGTERM before SIGKILL.
+
+    Attributes (after `start()`): `endpoint` (the proxy's gRPC `host:port`), `info` (a `ClusterInfo`),
+    `startup_seconds`, `admin` (a `RemotingAdmin` over every broker).
+    """
+
+    def __init__(
+        self,
+        mode: Literal["local", "cluster"] = "local",
+        *,
+        topics: Iterable[str] = (),
+        groups: Iterable[str] = (),
+        version: str = ROCKETMQ_VERSION,
+        proxy_config: Mapping[str, Any] | None = None,
+        broker_config: Mapping[str, str] | None = None,
+        startup_timeout: float = 240.0,
+        keep: bool = False,
+        stop_grace: float = 3.0,
+    ) -> None:
+        if mode not in ("local", "cluster"):
+            raise ValueError(f"mode must be 'local' or 'cluster', got {mode!r}")
+        self.mode = mode
+        self.topics = tuple(_parse_topic(t) for t in topics)
+        self.groups = tuple(_parse_group(g) for g in groups)
+        self.version = version
+        self.proxy_config = dict(proxy_config or {})
+        self.broker_config = dict(broker_config or {})
+        self.startup_timeout = startup_timeout
+        self.keep = keep
+        self.stop_grace = stop_grace
+        self.root: Path | None = None
+        self.jvms: list[_Jvm] = []
+        self._info: ClusterInfo | None = None
+        self._admin: RemotingAdmin | None = None
+        self.startup_seconds = 0.0
+
+    # -- public -------------------------------------------------------------------------------------
+
+    @property
+    def info(self) -> ClusterInfo:
+        if self._info is None:
+            raise ClusterError("the cluster is not started")
+        return self._info
+
+    @property
+    def endpoint(self) -> str:
+        return self.info.endpoint
+
+    @property
+    def admin(self) -> RemotingAdmin:
+        if self._admin is None:
+            raise ClusterError("the cluster is not started")
+        return self._admin
+
+    def create_topic(self, name: str, message_type: str = "NORMAL", *, queues: int = 8) -> None:
+        """Create `name` on every broker and wait until the proxy routes it."""
+        self.admin.create_topic(name, message_type, queues=queues)
+        wait_routable(self.endpoint, name, deadline=time.monotonic() + 30)
+
+    def create_group(self, name: str, *, fifo: bool = False, max_attempts: int | None = None) -> None:
+        self.admin.create_group(name, fifo=fifo, max_attempts=max_attempts)
+
+    def rss_bytes(self) -> dict[str, int]:
+        """Resident memory of each JVM, by name."""
+        return {jvm.name: jvm.rss_bytes() for jvm in self.jvms}
+
+    def start(self) -> ClusterInfo:
+        """Fetch the jars (first use), start every JVM in upstream's order, create the topics and
+        groups, and wait until the proxy answers a QueryRoute."""
+        if self._info is not None:
+            raise ClusterError("already started")
+        begin = time.monotonic()
+        lib = fetch_jars(self.version)
+        deadline = begin + self.startup_timeout
+        self.root = Path(tempfile.mkdtemp(prefix=f"thrust-rocketmq-{self.mode}-"))
+        try:
+            self._start(lib, deadline)
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_seconds = time.monotonic() - begin
+        return self.info
+
+    def stop(self) -> None:
+        """SIGTERM every JVM (proxy first, namesrv last), then remove the state folder. Idempotent."""
+        # The proxy first, so that clients see it go before the brokers behind it; then the rest
+        # together. The JVMs' shutdown hooks take 10-15 s each on two cores (flushing a store this
+        # harness deletes next), so each gets `grace` seconds after SIGTERM, then SIGKILL.
+        proxies = [j for j in self.jvms if j.role == "proxy"]
+        for jvm in proxies:
+            jvm.stop(self.stop_grace)
+        rest = [j for j in self.jvms if j.role != "proxy"]
+        for jvm in rest:
+            jvm.terminate()
+        deadline = time.monotonic() + self.stop_grace
+        for jvm in rest:
+            jvm.wait_or_kill(deadline)
+        self.jvms = []
+        self._info = None
+        self._admin = None
+        if self.root is not None and not self.keep:
+            shutil.rmtree(self.root, ignore_errors=True)
+            self.root = None
+
+    def __enter__(self) -> RocketMQCluster:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def logs(self, lines: int = 40) -> str:
+        """Every JVM's last log lines (for a failure message)."""
+        return "\n".join(jvm.tail(lines) for jvm in self.jvms)
+
+    # -- start-up -----------------------------------------------------------------------------------
+
+    def _start(self, lib: Path, deadline: float) -> None:
+        assert self.root is not None
+        host = "127.0.0.1"
+        ns_port = _free_port(host)
+        (self.root / "namesrv").mkdir()
+        (self.root / "namesrv" / "namesrv.conf").write_text(f"listenPort={ns_port}\n")
+        namesrv = self._jvm("namesrv", "namesrv", ["-c", str(self.root / "namesrv" / "namesrv.conf")], lib)
+        namesrv.start()
+        namesrv.wait_ready(_READY["namesrv"], deadline)
+        ns_addr = f"{host}:{ns_port}"
+
+        grpc_port = _free_port(host)
+        proxy_json = self.root / "rmq-proxy.json"
+        proxy_json.write_text(json.dumps(self._proxy_config(ns_addr, grpc_port, _free_port(host)), indent=1))
+        brokers: list[str] = []
+        if self.mode == "local":
+            conf, port = self._broker_conf("broker-a", ns_addr, host)
+            brokers.append(f"{host}:{port}")
+            proxy = self._jvm(
+                "proxy",
+                "proxy",
+                ["-pc", str(proxy_json), "-pm", "local", "-bc", str(conf), "-n", ns_addr],
+                lib,
+                heap=_HEAPS["proxy-local"],
+            )
+            proxy.start()
+            proxy.wait_ready(_READY["proxy"], deadline)
+        else:
+            started = []
+            for name in ("broker-a", "broker-b"):
+                conf, port = self._broker_conf(name, ns_addr, host)
+                brokers.append(f"{host}:{port}")
+                broker = self._jvm(name, "broker", ["-c", str(conf), "-n", ns_addr], lib)
+                broker.start()
+                started.append(broker)
+            for broker in started:
+                broker.wait_ready(_READY["broker"], deadline)
+            # A cluster-mode proxy started before any broker registered exits ("create system broadcast
+            # topic DefaultHeartBeatSyncerTopic failed"); the boot lines above come after registration.
+            proxy = self._jvm(
+                "proxy",
+                "proxy",
+                ["-pc", str(proxy_json), "-pm", "cluster", "-n", ns_addr],
+                lib,
+                heap=_HEAPS["proxy-cluster"],
+            )
+            proxy.start()
+            proxy.wait_ready(_READY["proxy"], deadline)
+        endpoint = f"{host}:{grpc_port}"
+        self._admin = RemotingAdmin(brokers)
+        # A probe topic proves the whole path: admin -> broker -> namesrv -> proxy -> gRPC.
+        probe = f"thrust-ready-{uuid.uuid4().hex[:8]}"
+        self._admin.create_topic(probe, "NORMAL", queues=1)
+        wait_routable(endpoint, probe, deadline=deadline)
+        self._info = ClusterInfo(endpoint, ns_addr, tuple(brokers), self.mode, self.version)
+        self._mqadmin(lib, ns_addr, deadline)
+        for name, _ in self.topics:
+            wait_routable(endpoint, name, deadline=deadline)
+
+    def _jvm(
+        self, name: str, role: str, args: Sequence[str], lib: Path, *, heap: Sequence[str] | None = None
+    ) -> _Jvm:
+        assert self.root is not None
+        jvm = _Jvm(name, role, _MAIN[role], args, heap if heap is not None else _HEAPS[role], self.root, lib)
+        self.jvms.append(jvm)
+        return jvm
+
+    def _proxy_config(self, ns_addr: str, grpc_port: int, remoting_port: int) -> dict[str, Any]:
+        config: dict[str, Any] = {
+            "rocketMQClusterName": CLUSTER_NAME,
+            "namesrvAddr": ns_addr,
+            "grpcServerPort": grpc_port,
+            "remotingListenPort": remoting_port,
+            "localServeAddr": "127.0.0.1",
+            # Default 30 s: every stop would wait that long for streams that tests already closed.
+            "grpcShutdownTimeSeconds": 1,
+            # Default 20 s: a topic created by a test would stay "not found" in the proxy's caches.
+            "topicRouteServiceCacheRefreshSeconds": 1,
+            "topicConfigCacheRefreshSeconds": 1,
+            "subscriptionGroupConfigCacheRefreshSeconds": 1,
+            "transactionHeartbeatPeriodSecond": 3,
+        }
+        config.update(self.proxy_config)
+        return config
+
+    def _broker_conf(self, name: str, ns_addr: str, host: str) -> tuple[Path, int]:
+        assert self.root is not None
+        # The broker also binds listenPort - 2 (fast remoting) and listenPort + 1 (HA).
+        port = _free_port(host, also=(-2, 1))
+        store = self.root / name / "store"
+        store.mkdir(parents=True, exist_ok=True)
+        settings = {
+            "brokerClusterName": CLUSTER_NAME,
+            "brokerName": name,
+            "brokerId": "0",
+            "brokerRole": "ASYNC_MASTER",
+            "flushDiskType": "ASYNC_FLUSH",
+            "namesrvAddr": ns_addr,
+            "brokerIP1": host,  # routes of a local-mode proxy point here
+            "listenPort": str(port),
+            "storePathRootDir": str(store),
+            "storePathCommitLog": str(store / "commitlog"),
+            # Upstream defaults map 1 GB commit-log files and ~6 MB consume queues per queue.
+            "mappedFileSizeCommitLog": str(100 * 1024 * 1024),
+            "mappedFileSizeConsumeQueue": "600000",
+            "maxHashSlotNum": "50000",
+            "maxIndexNum": "200000",
+            "autoCreateTopicEnable": "false",
+            "autoCreateSubscriptionGroup": "true",
+            "enablePropertyFilter": "true",  # SQL92 filters
+            "timerWheelEnable": "true",  # delay messages with an arbitrary delivery time
+            "transactionTimeOut": "3000",
+            "transactionCheckInterval": "3000",
+            "waitTimeMillsInSendQueue": "1000",
+            "maxMessageSize": str(4 * 1024 * 1024 + 64 * 1024),
+            # The test machines' disks are large but shared; the broker's 90 % "disk full" guard applies.
+            "diskMaxUsedSpaceRatio": "95",
+        }
+        settings.update(self.broker_config)
+        conf = self.root / name / "broker.conf"
+        conf.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
+        return conf, port
+
+    def _mqadmin(self, lib: Path, ns_addr: str, deadline: float) -> None:
+        """Create the constructor's topics and groups with upstream's own mqadmin (batch forms: one JVM
+        each). mqadmin exits 0 even when a request failed, so its output is checked for "success"."""
+        assert self.root is not None
+        jobs: list[tuple[str, list[str]]] = []
+        if self.topics:
+            topic_file = self.root / "topics.json"
+            topic_file.write_text(
+                json.dumps(
+                    [
+                        {
+                            "topicName": name,
+                            "readQueueNums": 8,
+                            "writeQueueNums": 8,
+                            "perm": 6,
+                            "topicFilterType": "SINGLE_TAG",
+                            "topicSysFlag": 0,
+                            "order": False,
+                            "attributes": {"+message.type": kind},
+                        }
+                        for name, kind in self.topics
+                    ]
+                )
+            )
+            jobs.append(
+                ("topics", ["updateTopicList", "-n", ns_addr, "-c", CLUSTER_NAME, "-f", str(topic_file)])
+            )
+        if self.groups:
+            group_file = self.root / "groups.json"
+            group_file.write_text(
+                json.dumps(
+                    [
+                        {
+                            "groupName": name,
+                            "consumeMessageOrderly": fifo,
+                            "retryQueueNums": 1,
+                            "retryMaxTimes": 16,
+                        }
+                        for name, fifo in self.groups
+                    ]
+                )
+            )
+            jobs.append(
+                ("groups", ["updateSubGroupList", "-n", ns_addr, "-c", CLUSTER_NAME, "-f", str(group_file)])
+            )
+        running = []
+        for name, args in jobs:
+            jvm = self._jvm(f"mqadmin-{name}", "tools", args, lib)
+            jvm.start()
+            running.append(jvm)
+        for jvm in running:
+            assert jvm.process is not None
+            try:
+                jvm.process.wait(max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                jvm.stop()
+                raise ClusterError(f"{jvm.name} did not finish\n{jvm.tail()}") from None
+            out = jvm.log_path.read_text(errors="replace")
+            if "success" not in out or "Exception" in out:
+                raise ClusterError(f"{jvm.name} failed (exit {jvm.process.returncode}):\n{jvm.tail()}")
+        self.jvms = [j for j in self.jvms if j not in running]
+
+
+def _parse_topic(spec: str) -> tuple[str, str]:
+    name, _, kind = spec.partition(":")
+    kind = (kind or "NORMAL").upper()
+    if not name or kind not in MESSAGE_TYPES:
+        raise ValueError(f"topic {spec!r} is not NAME[:TYPE] with TYPE one of {MESSAGE_TYPES}")
+    return name, kind
+
+
+def _parse_group(spec: str) -> tuple[str, bool]:
+    name, _, flag = spec.partition(":")
+    if not name or flag.lower() not in ("", "fifo"):
+        raise ValueError(f"group {spec!r} is not NAME[:fifo]")
+    return name, flag.lower() == "fifo"
+
+
+def wait_routable(endpoint: str, topic: str, *, deadline: float) -> None:
+    """Poll the proxy with QueryRoute for `topic` until it answers OK (the proxy caches routes and
+    "topic not found" for `topicRouteServiceCacheRefreshSeconds`)."""
+    import grpc
+
+    from thrust._proto.apache.rocketmq.v2 import definition_pb2 as d
+    from thrust._proto.apache.rocketmq.v2 import service_pb2 as s
+    from thrust._proto.apache.rocketmq.v2 import service_pb2_grpc as g
+
+    host, _, port = endpoint.rpartition(":")
+    request = s.QueryRouteRequest(
+        topic=d.Resource(name=topic),
+        endpoints=d.Endpoints(scheme=d.AddressScheme.IPv4, addresses=[d.Address(host=host, port=int(port))]),
+    )
+    metadata = (("x-mq-client-id", f"thrust-harness-{os.getpid()}"), ("x-mq-language", "PYTHON"))
+    last = "no answer"
+    with grpc.insecure_channel(endpoint) as channel:
+        stub = g.MessagingServiceStub(channel)
+        while True:
+            try:
+                reply = stub.QueryRoute(request, metadata=metadata, timeout=5)
+                if reply.status.code == d.Code.OK and reply.message_queues:
+                    return
+                last = f"{d.Code.Name(reply.status.code)}: {reply.status.message}"
+            except grpc.RpcError as exc:
+                last = f"{exc.code()}: {exc.details()}"
+            if time.monotonic() > deadline:
+                raise ClusterError(f"the proxy at {endpoint} does not route {topic!r}: {last}")
+            time.sleep(0.2)

@@ -1,0 +1,59 @@
+"""Session fixtures shared by the suites: the two servers under test.
+
+`engine` is parametrised: a test that takes it runs once against thrust's embedded server and once
+against a real Apache RocketMQ (tests/engines.py). `rocketmq` and `rocketmq2` are the real cluster's
+connection details, one broker (local mode) and two brokers (cluster mode).
+
+The real clusters are the ones `thrust cluster --mode both --exec` started for this run (`make test`
+does), read from $THRUST_ROCKETMQ; without it, this session starts its own, once per pytest process
+(Java 17 and Maven are required: without them the tests fail and say what to install; they never skip).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.engines import EmbeddedInThread, Engine, real_engine
+from thrust.cluster import ClusterInfo, RocketMQCluster, attach_from_env
+
+
+def _cluster(mode: str) -> Iterator[ClusterInfo]:
+    attached = attach_from_env(mode)
+    if attached is not None:
+        yield attached
+        return
+    with RocketMQCluster(mode) as cluster:  # type: ignore[arg-type]
+        yield cluster.info
+
+
+@pytest.fixture(scope="session")
+def rocketmq() -> Iterator[ClusterInfo]:
+    """A real RocketMQ: namesrv and a local-mode proxy with one broker inside."""
+    yield from _cluster("local")
+
+
+@pytest.fixture(scope="session")
+def rocketmq2() -> Iterator[ClusterInfo]:
+    """A real RocketMQ with two brokers (`broker-a`, `broker-b`) behind a cluster-mode proxy."""
+    yield from _cluster("cluster")
+
+
+@pytest.fixture(scope="session")
+def embedded_engine() -> Iterator[Engine]:
+    server = EmbeddedInThread()
+    try:
+        yield server.engine()
+    finally:
+        server.close()
+
+
+@pytest.fixture(scope="session", params=["embedded", "rocketmq"])
+def engine(request: pytest.FixtureRequest) -> Engine:
+    """The server under test: thrust's embedded server, then a real Apache RocketMQ proxy."""
+    if request.param == "embedded":
+        embedded: Engine = request.getfixturevalue("embedded_engine")
+        return embedded
+    info: ClusterInfo = request.getfixturevalue("rocketmq")
+    return real_engine(info)

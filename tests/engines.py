@@ -1,0 +1,132 @@
+"""The two servers a client test can run against: thrust's embedded server and a real Apache RocketMQ.
+
+A test that takes the `engine` fixture (tests/conftest.py) runs twice, once per server, with the same
+code. It asks the engine for fresh names (`engine.topic("FIFO")`, `engine.group(fifo=True)`), which are
+created on that server before the name is returned: the servers are shared by every test of a session,
+so no two tests ever see each other's messages.
+
+The real engine is the cluster that `thrust cluster --exec` started for this run (`make test` does),
+or, when pytest runs on its own, one started by this session (tests/conftest.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import itertools
+import os
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from thrust.cluster import ClusterInfo, RemotingAdmin
+from thrust.cluster.process import wait_routable
+from thrust.server.app import ServerConfig
+from thrust.server.core.model import MessageType, RetryPolicy
+from thrust.server.service import EmbeddedServer
+
+_RUN = uuid.uuid4().hex[:6]
+_serial = itertools.count(1)
+
+
+def unique(prefix: str) -> str:
+    """A name no other test (nor another xdist worker, nor an earlier run) uses."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw")
+    return f"{prefix}-{_RUN}-{worker}-{next(_serial)}"
+
+
+@dataclass
+class Engine:
+    """A running server and what tests need to know about its limits."""
+
+    name: str
+    """"embedded" or "rocketmq" (the pytest id)."""
+    endpoint: str
+    min_invisible: float
+    """The shortest invisible duration a receive may ask for (the proxy's minInvisibleTimeMillsForRecv)."""
+    min_long_poll: float
+    """The shortest long-poll wait the server honours (shorter ones are raised to this)."""
+    _create_topic: Any = field(repr=False)
+    _create_group: Any = field(repr=False)
+
+    @property
+    def real(self) -> bool:
+        return self.name == "rocketmq"
+
+    def topic(self, kind: str = "NORMAL", *, queues: int = 4, prefix: str = "t") -> str:
+        """A new topic of `kind` (NORMAL, FIFO, DELAY, TRANSACTION), created and routable."""
+        name = unique(prefix)
+        self._create_topic(name, kind.upper(), queues)
+        return name
+
+    def group(self, *, fifo: bool = False, max_attempts: int | None = None, prefix: str = "g") -> str:
+        """A new consumer group (`fifo`: ordered delivery; `max_attempts` before the DLQ)."""
+        name = unique(prefix)
+        self._create_group(name, fifo, max_attempts)
+        return name
+
+
+def real_engine(info: ClusterInfo) -> Engine:
+    admin = RemotingAdmin(info.brokers)
+
+    def create_topic(name: str, kind: str, queues: int) -> None:
+        admin.create_topic(name, kind, queues=queues)
+        wait_routable(info.endpoint, name, deadline=time.monotonic() + 30)
+
+    def create_group(name: str, fifo: bool, max_attempts: int | None) -> None:
+        admin.create_group(name, fifo=fifo, max_attempts=max_attempts)
+
+    # apache/rocketmq proxy ProxyConfig: minInvisibleTimeMillsForRecv 10 s,
+    # grpcClientConsumerMinLongPollingTimeoutMillis 5 s (the harness keeps both defaults).
+    return Engine("rocketmq", info.endpoint, 10.0, 5.0, create_topic, create_group)
+
+
+class EmbeddedInThread:
+    """An `EmbeddedServer` on its own event loop in a daemon thread, shared by a whole session.
+
+    Tests run their own loops (`asyncio.run`); the server must outlive them, so it gets a loop of its
+    own. Its catalogue is only touched on that loop (`call`).
+    """
+
+    def __init__(self, **options: Any) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="embedded-engine", daemon=True)
+        self._thread.start()
+        config = ServerConfig(host="127.0.0.1", port=0, auto_create_topics=False, **options)
+        self.server = EmbeddedServer(config)
+        self._run(self.server.start())
+
+    def _run(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(60)
+
+    def call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        def invoke() -> None:
+            try:
+                future.set_result(fn(*args, **kwargs))
+            except BaseException as exc:
+                future.set_exception(exc)
+
+        self._loop.call_soon_threadsafe(invoke)
+        return future.result(10)
+
+    def engine(self) -> Engine:
+        catalog = self.server.catalog
+
+        def create_topic(name: str, kind: str, queues: int) -> None:
+            self.call(catalog.create_topic, name, queues, (MessageType[kind],))
+
+        def create_group(name: str, fifo: bool, max_attempts: int | None) -> None:
+            retry = RetryPolicy() if max_attempts is None else RetryPolicy(max_attempts=max_attempts)
+            self.call(catalog.create_group, name, fifo=fifo, retry=retry)
+
+        return Engine("embedded", self.server.endpoints[0], 10.0, 5.0, create_topic, create_group)
+
+    def close(self) -> None:
+        self._run(self.server.stop(grace=None))
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
