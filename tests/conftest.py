@@ -57,3 +57,18 @@ def engine(request: pytest.FixtureRequest) -> Engine:
         return embedded
     info: ClusterInfo = request.getfixturevalue("rocketmq")
     return real_engine(info)
+
+
+_SLOW_FIXTURES = frozenset({"engine", "rocketmq", "rocketmq2"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Starting a real cluster in a session fixture takes 30-60 s on two busy cores (when pytest runs
+    # without `thrust cluster --exec`); the per-test timeout is for the test, not for that start-up,
+    # which has its own deadline (RocketMQCluster.startup_timeout).
+    for item in items:
+        if (
+            _SLOW_FIXTURES & set(getattr(item, "fixturenames", ()))
+            and item.get_closest_marker("timeout") is None
+        ):
+            item.add_marker(pytest.mark.timeout(func_only=True))

@@ -371,10 +371,31 @@ class Producer:
     @staticmethod
     def _receipts(response: Any, prepared: _Prepared) -> list[SendReceipt]:
         entries = response.entries
-        if len(entries) != len(prepared.message_ids):
+        ids = prepared.message_ids
+        if len(entries) == 1 and len(ids) > 1:
+            # The real proxy answers a batch with one entry: the broker stores a batch as one
+            # SEND_BATCH_MESSAGE with one SendResult (apache/rocketmq SendMessageActivity
+            # .convertToSendMessageResponse, one entry per SendResult), whose offset is the first
+            # message's and whose message id is the broker's, not ours. The batch went to one queue
+            # at consecutive offsets, and each message carries the id we set (its UNIQ_KEY).
+            [entry] = entries
+            if entry.status.code != Code.OK:
+                raise errors.error_for_status(entry.status.code, entry.status.message)
+            return [
+                SendReceipt(
+                    message_id=message_id,
+                    topic=prepared.topic,
+                    offset=entry.offset + i,
+                    transaction_id=entry.transaction_id,
+                )
+                for i, message_id in enumerate(ids)
+            ]
+        if len(entries) != len(ids):
+            # Not retriable: the server may have stored the messages, and a retry would store them again.
             raise errors.InternalError(
-                f"SendMessage answered {len(entries)} entries for {len(prepared.message_ids)} messages",
+                f"SendMessage answered {len(entries)} entries for {len(ids)} messages",
                 code=Code.INTERNAL_SERVER_ERROR,
+                retriable=False,
             )
         receipts = []
         for entry, message_id in zip(entries, prepared.message_ids, strict=True):
