@@ -227,7 +227,14 @@ class SendReceipt:
     Attributes:
         message_id: the id the client assigned (34 uppercase hex chars), kept across retries.
         topic: the topic the message went to.
-        offset: the queue offset the broker stored it at.
+        offset: the queue offset the broker stored it at, in the message's own topic queue for a normal
+            or FIFO message. For a delay message whose delivery time is still ahead, RocketMQ answers the
+            offset in the broker's timer queue (`rmq_sys_wheel_timer`, queue 0, shared by every topic's
+            delayed messages on that broker), and for a transactional message the offset in the half
+            queue (`RMQ_SYS_TRANS_HALF_TOPIC`, queue 0): the message gets its own topic's offset only when
+            it is delivered or committed (`ReceivedMessage.queue_offset`). The embedded server reports the
+            same (upstream: `HookUtils.transformTimerMessage`, `TransactionalMessageBridge`,
+            `SendMessageProcessor.handlePutMessageResult`, the proxy's `SendMessageActivity`).
         transaction_id: set for transactional messages.
         recall_handle: for delay messages, the handle `Producer.recall` takes.
     """

@@ -59,8 +59,11 @@ class SimpleConsumer:
         subscriptions: topic -> filter: a tag expression string (`"*"`, `"a||b"`) or a `FilterExpression`
             (`FilterExpression.sql("price > 10")`).
         await_duration: how long one receive waits on the server for messages (long polling, seconds).
-            A RocketMQ proxy clamps it to [5 s, 20 s] (reference §7.5): shorter values are accepted, but an
-            empty receive may still take up to 5 s on a real proxy.
+            The server clamps it to [5 s, 20 s]: a value below 5 s silently becomes 5 s, so a receive that
+            finds nothing returns after 5 s, not sooner; above 20 s becomes 20 s. That is the RocketMQ
+            proxy's `grpcClientConsumerMinLongPollingTimeoutMillis` / `...MaxLongPollingTimeoutMillis`
+            (reference §7.5), and `thrust serve` clamps the same way. A value below 5 s is accepted with
+            one warning (logger `thrust.consumer`) when the consumer is created.
         invisible_duration: the default for `receive()` and for iteration (seconds, 10 s .. 12 h).
     """
 
@@ -97,6 +100,17 @@ class SimpleConsumer:
         _check(validation.check_receive_invisible_duration, float(invisible_duration))
         self.await_duration = float(await_duration)
         self.invisible_duration = float(invisible_duration)
+        if self.await_duration < validation.MIN_POLLING_SECONDS:
+            # The proxy raises it to its minimum without telling the client (ReceiveMessageActivity), so
+            # say it here, once per consumer rather than per receive.
+            logger.warning(
+                "SimpleConsumer(group=%r): await_duration=%g s is below the server's minimum long poll "
+                "of %g s; a receive that finds no message waits %g s",
+                group,
+                self.await_duration,
+                validation.MIN_POLLING_SECONDS,
+                validation.MIN_POLLING_SECONDS,
+            )
         self._session: ClientSession | None = None
         self._start_task: asyncio.Task[None] | None = None
         self._closed = False
@@ -227,7 +241,8 @@ class SimpleConsumer:
     async def receive(
         self, max_messages: int = MAX_BATCH, invisible_duration: float | None = None
     ) -> list[ReceivedMessage]:
-        """Receive up to `max_messages` (1..32) messages, waiting up to `await_duration` for the first.
+        """Receive up to `max_messages` (1..32) messages, waiting up to `await_duration` for the first
+        (clamped by the server to 5..20 s: with `await_duration` below 5 s an empty receive takes 5 s).
 
         Returns an empty list when nothing arrived. Each message is hidden from other consumers for
         `invisible_duration` seconds (default: the consumer's), then delivered again unless acked."""

@@ -294,7 +294,8 @@ class Transaction:
 
 
 class SimpleConsumer(_SyncClient):
-    """Blocking `thrust.SimpleConsumer`; the same keyword options.
+    """Blocking `thrust.SimpleConsumer`; the same keyword options (`await_duration` below the server's 5 s
+    minimum long poll becomes 5 s, with one warning at construction, as there).
 
     ```
     with thrust.sync.SimpleConsumer(endpoints=..., group="g", subscriptions={"t": "*"}) as c:
@@ -340,7 +341,8 @@ class SimpleConsumer(_SyncClient):
     def receive(
         self, max_messages: int = 32, invisible_duration: float | None = None
     ) -> list[ReceivedMessage]:
-        """Receive up to `max_messages`; an empty list when none arrived within `await_duration`."""
+        """Receive up to `max_messages`; an empty list when none arrived within `await_duration` (which the
+        server clamps to 5..20 s: below 5 s, an empty receive still takes 5 s)."""
         return self._runner.run(self._async.receive(max_messages, invisible_duration))
 
     def ack(self, message: ReceivedMessage) -> None:

@@ -10,10 +10,13 @@ In-process, on free ports of 127.0.0.1 (state in memory only):
 
 In a subprocess (`python -m thrust.cli.main serve ...`), for tests that kill -9, pause or restart it:
 
-    with thrust.testing.ServerProcess(brokers=2) as proc:
+    with thrust.testing.ServerProcess(brokers=2, groups=["g:max-attempts=2"]) as proc:
         proc.endpoints               # ["127.0.0.1:P", "127.0.0.1:P+1"]
         proc.stop(); proc.cont()     # SIGSTOP / SIGCONT
         proc.kill(); proc.restart()  # same ports, empty state
+
+Both create unknown topics on first use unless given `auto_create=False` (`thrust serve` needs
+`--auto-create` for that). Groups take `NAME[:fifo][:max-attempts=N]`, as `thrust serve --group`.
 
 This module never imports the thrust client.
 """
@@ -70,11 +73,15 @@ async def embedded_server(
 ) -> AsyncIterator[EmbeddedServer]:
     """Run an `EmbeddedServer` on the current event loop for the duration of the block.
 
-    `topics` are `NAME[:QUEUES[:TYPE]][@B1+B2]` strings or `TopicSpec`s, `groups` `NAME[:fifo]` or
-    `GroupSpec`s. `options` are further `ServerConfig` fields (limits and timeouts such as
-    `channel_expiry=2.0`, `max_pending_polls=1`, `date_time_window=...`).
-    With `auto_create` unknown topics are created on first use. The server object exposes `endpoints`
-    (`"127.0.0.1:PORT"` per broker), `ports`, `brokers`, `catalog`, `faults` and `stats`.
+    `topics` are `NAME[:QUEUES[:TYPE]][@B1+B2]` strings or `TopicSpec`s, `groups`
+    `NAME[:fifo][:max-attempts=N]` strings (as `thrust serve --group`) or `GroupSpec`s; `max-attempts=2`
+    makes a message nacked twice go to `%DLQ%NAME`. `options` are further `ServerConfig` fields (limits and
+    timeouts such as `channel_expiry=2.0`, `max_pending_polls=1`, `date_time_window=...`).
+
+    Unknown topics are created on first use (`default_queues` queues, every message type), as with
+    `ServerProcess`; `auto_create=False` answers TOPIC_NOT_FOUND for them instead, like `thrust serve`
+    without `--auto-create`. The server object exposes `endpoints` (`"127.0.0.1:PORT"` per broker),
+    `ports`, `brokers`, `catalog`, `faults` and `stats`.
     """
     config = ServerConfig(
         host=host,
@@ -103,8 +110,15 @@ async def embedded_server(
 class ServerProcess:
     """`thrust serve` in a child process.
 
+    Unknown topics are created on first use, as with `embedded_server()` (this passes `--auto-create`;
+    `thrust serve` itself answers TOPIC_NOT_FOUND unless given it). `auto_create=False` turns that off.
+
     Args:
-        args: extra `thrust serve` arguments, e.g. `["--topic", "t:8", "--fault-fail", "SendMessage:42900"]`.
+        args: extra `thrust serve` arguments, e.g. `["--topic", "t:8", "--fault-fail", "SendMessage:42900"]`;
+            they come after the flags the other arguments make.
+        topics: topics to create, `NAME[:QUEUES[:TYPE]][@B1+B2]` (`--topic`).
+        groups: consumer groups to create, `NAME[:fifo][:max-attempts=N]` (`--group`).
+        auto_create: create unknown topics on first use (default True).
         brokers: number of brokers.
         host: the bind address.
         port: the first port; 0 picks free ports (kept across `restart()`).
@@ -121,6 +135,9 @@ class ServerProcess:
         self,
         args: Sequence[str] = (),
         *,
+        topics: Iterable[str] = (),
+        groups: Iterable[str] = (),
+        auto_create: bool = True,
         brokers: int = 1,
         host: str = "127.0.0.1",
         port: int = 0,
@@ -128,7 +145,16 @@ class ServerProcess:
         startup_timeout: float = 20.0,
         env: Mapping[str, str] | None = None,
     ) -> None:
-        self.args = list(args)
+        flags: list[str] = ["--auto-create"] if auto_create else []
+        # Parsed here as well, so that a bad spec raises ValueError in the caller rather than a child
+        # that fails to start.
+        for topic in topics:
+            parse_topic(topic)
+            flags += ["--topic", topic]
+        for group in groups:
+            parse_group(group)
+            flags += ["--group", group]
+        self.args = flags + list(args)
         self.brokers = brokers
         self.host = host
         self.ports: list[int] = []

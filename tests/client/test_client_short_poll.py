@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import time
+
+import pytest
 
 import thrust
 from tests.client._util import receive_n, run
@@ -33,5 +36,44 @@ def test_short_await_duration_receives_instead_of_illegal_polling_time() -> None
                 [m] = await receive_n(c, 1)
                 assert m.message_id == receipt.message_id
                 await m.ack()
+
+    run(scenario)
+
+
+def _await_warnings(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if r.name == "thrust.consumer" and "await_duration" in r.getMessage()]
+
+
+def test_await_duration_below_the_minimum_long_poll_warns_once_per_consumer(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """1 s becomes the server's 5 s minimum without the server saying so: one warning when the consumer is
+    made, none per receive, none for 5 s or more."""
+    caplog.set_level(logging.WARNING, logger="thrust")
+
+    async def scenario() -> None:
+        async with embedded_server(topics=["t"], groups=["g"]) as srv:
+            ep = srv.endpoints[0]
+            async with thrust.Producer(endpoints=ep, topics=["t"]) as p:
+                async with thrust.SimpleConsumer(
+                    endpoints=ep, group="g", subscriptions={"t": "*"}, await_duration=1
+                ) as c:
+                    [warning] = _await_warnings(caplog)
+                    assert warning.levelno == logging.WARNING
+                    assert "await_duration=1 s" in warning.getMessage()
+                    assert "minimum long poll of 5 s" in warning.getMessage()
+                    for i in range(3):  # three receives, each answered by a message: no more warnings
+                        await p.send(thrust.Message(topic="t", body=b"%d" % i))
+                        for m in await receive_n(c, 1):
+                            await m.ack()
+                assert len(_await_warnings(caplog)) == 1
+                for seconds in (5, 5.0, 20):
+                    async with thrust.SimpleConsumer(
+                        endpoints=ep, group="g", subscriptions={"t": "*"}, await_duration=seconds
+                    ) as c:
+                        await p.send(thrust.Message(topic="t", body=b"x"))
+                        for m in await receive_n(c, 1):
+                            await m.ack()
+                assert len(_await_warnings(caplog)) == 1
 
     run(scenario)

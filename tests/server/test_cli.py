@@ -16,7 +16,9 @@ from thrust.testing import ServerProcess
 
 
 def test_serve_prints_listening_lines_and_exits_cleanly_on_sigterm() -> None:
-    with ServerProcess(["--topic", "orders:2:FIFO", "--group", "g:fifo"], brokers=3) as proc:
+    with ServerProcess(
+        ["--topic", "orders:2:FIFO", "--group", "g:fifo"], brokers=3, auto_create=False
+    ) as proc:
         assert len(proc.ports) == 3
         assert len(set(proc.ports)) == 3
 

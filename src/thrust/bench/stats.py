@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import math
 import time
 from collections.abc import Sequence
 from typing import Any, Final
@@ -23,12 +24,14 @@ from hdrh.histogram import HdrHistogram
 __all__ = [
     "IntervalStats",
     "LatencyStats",
+    "PlotSeries",
     "Recorder",
     "SampleInbox",
     "Summary",
     "format_interval",
     "format_summary",
     "plot",
+    "plot_series",
 ]
 
 HIGHEST_US: Final = 3_600_000_000  # one hour in µs: pulsar-perf master's producer clamp
@@ -233,17 +236,23 @@ _VERB: Final = {"produce": "produced", "consume": "received"}
 
 
 def _latency_fields(lat: LatencyStats, *, with_99999: bool = False) -> str:
+    # No sample (an idle interval, or one still in the warm-up) has no latency: "-", not 0.000 ms, which
+    # would read as an impossibly fast interval. `LatencyStats` keeps 0.0 there for the JSON output,
+    # where `count` says so.
+    def ms(value: float) -> str:
+        return f"{value:8.3f}" if lat.count else f"{'-':>8}"
+
     parts = [
-        f"Latency: mean: {lat.mean:8.3f} ms",
-        f"med: {lat.p50:8.3f}",
-        f"95pct: {lat.p95:8.3f}",
-        f"99pct: {lat.p99:8.3f}",
-        f"99.9pct: {lat.p999:8.3f}",
-        f"99.99pct: {lat.p9999:8.3f}",
+        f"Latency: mean: {ms(lat.mean)} ms",
+        f"med: {ms(lat.p50)}",
+        f"95pct: {ms(lat.p95)}",
+        f"99pct: {ms(lat.p99)}",
+        f"99.9pct: {ms(lat.p999)}",
+        f"99.99pct: {ms(lat.p9999)}",
     ]
     if with_99999:
-        parts.append(f"99.999pct: {lat.p99999:8.3f}")
-    parts.append(f"Max: {lat.max:8.3f}")
+        parts.append(f"99.999pct: {ms(lat.p99999)}")
+    parts.append(f"Max: {ms(lat.max)}")
     return " - ".join(parts)
 
 
@@ -267,6 +276,33 @@ def format_summary(summary: Summary) -> list[str]:
     ]
 
 
+_PLOTTED_LATENCIES: Final = (("p50", "p50"), ("p99", "p99"), ("p99.9", "p999"), ("max", "max"))
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PlotSeries:
+    """What `plot` draws for one side: x (seconds), msg/s, and per label a latency line (ms)."""
+
+    elapsed: list[float]
+    rate: list[float]
+    latency: dict[str, list[float]]
+
+
+def plot_series(summary: Summary) -> PlotSeries:
+    """The per-interval data `plot` hands to matplotlib. An interval without latency samples is NaN on
+    the latency lines, which matplotlib leaves as a gap: 0 would draw a drop to the bottom of the log
+    axis for an interval that measured nothing. Its rate stays 0 msg/s, which it was."""
+    intervals = summary.intervals
+    return PlotSeries(
+        elapsed=[i.elapsed for i in intervals],
+        rate=[i.rate for i in intervals],
+        latency={
+            label: [getattr(i.latency, field) if i.latency.count else math.nan for i in intervals]
+            for label, field in _PLOTTED_LATENCIES
+        },
+    )
+
+
 def plot(summaries: Sequence[Summary], path: str) -> None:
     """A PNG of msg/s and latency percentiles per interval, one column per side. matplotlib is imported
     here (Agg backend) so that the CLI starts without it."""
@@ -278,14 +314,14 @@ def plot(summaries: Sequence[Summary], path: str) -> None:
     columns = max(1, len(summaries))
     fig, axes = plt.subplots(2, columns, figsize=(6 * columns, 7), squeeze=False, sharex="col")
     for col, summary in enumerate(summaries):
-        xs = [i.elapsed for i in summary.intervals]
+        series = plot_series(summary)
+        xs = series.elapsed
         top, bottom = axes[0][col], axes[1][col]
-        top.plot(xs, [i.rate for i in summary.intervals], marker="o")
+        top.plot(xs, series.rate, marker="o")
         top.set_title(f"{summary.name}: throughput")
         top.set_ylabel("msg/s")
         top.set_ylim(bottom=0)
-        for label, field in (("p50", "p50"), ("p99", "p99"), ("p99.9", "p999"), ("max", "max")):
-            ys = [getattr(i.latency, field) for i in summary.intervals]
+        for label, ys in series.latency.items():
             bottom.plot(xs, ys, marker=".", label=label)
         bottom.set_title(f"{summary.name}: latency")
         bottom.set_ylabel("ms")

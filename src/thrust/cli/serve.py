@@ -105,7 +105,12 @@ def register(subparsers: Any) -> None:
         "@0+2 places it on brokers 0 and 2 only (default: every broker)",
     )
     parser.add_argument(
-        "--group", action="append", default=[], metavar="NAME[:fifo]", help="create a consumer group"
+        "--group",
+        action="append",
+        default=[],
+        metavar="NAME[:fifo][:max-attempts=N]",
+        help="create a consumer group; fifo: ordered consumption; max-attempts=N: deliveries before a "
+        "message goes to %%DLQ%%NAME (default 17, hours of backoff; e.g. 2 to reach the DLQ in seconds)",
     )
     parser.add_argument(
         "--access-key", default=None, help="enable MQv2-HMAC-SHA1 authentication with this key"

@@ -1,5 +1,6 @@
 """Configuration of an embedded server: topics, groups, ports, security. Shared by `thrust serve`
-and `thrust.testing` so both accept the same `NAME[:QUEUES[:TYPE]]` / `NAME[:fifo]` specs."""
+and `thrust.testing` so both accept the same `NAME[:QUEUES[:TYPE]]` / `NAME[:fifo][:max-attempts=N]`
+specs."""
 
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ MAX_INBOUND_MESSAGE_SIZE: Final = 130 * 1024 * 1024
 DEFAULT_DATE_TIME_WINDOW: Final = 15 * 60.0
 """Catalogue S5: +-15 min on `x-mq-date-time` when auth is on and TLS is off."""
 
+_GROUP_SYNTAX: Final = "NAME[:fifo][:max-attempts=N]"
+
 _MIXED = (MessageType.NORMAL, MessageType.FIFO, MessageType.DELAY, MessageType.TRANSACTION)
 
 
@@ -41,7 +44,8 @@ class TopicSpec:
 
 @dataclass(frozen=True, slots=True)
 class GroupSpec:
-    """A consumer group to create at start (`fifo` = upstream's consumeMessageOrderly)."""
+    """A consumer group to create at start (`fifo` = upstream's consumeMessageOrderly; `retry`: its max
+    delivery attempts and backoff, None for upstream's defaults, 17 attempts)."""
 
     name: str
     fifo: bool = False
@@ -90,13 +94,46 @@ def parse_topic(spec: str | TopicSpec) -> TopicSpec:
 
 
 def parse_group(spec: str | GroupSpec) -> GroupSpec:
-    """`NAME[:fifo]`."""
+    """`NAME[:fifo][:max-attempts=N]`: options after the name, each at most once, in any order.
+
+    `max-attempts=N` (N >= 1) is the group's deliveries before a message goes to `%DLQ%NAME` (upstream's
+    subscription group `retryMaxTimes` + 1); without it the group keeps upstream's default of 17, whose
+    backoff (1 s, 5 s, 10 s, 30 s, ... 2 h) puts the dead-letter queue hours away. The retry backoff
+    itself stays the default one.
+
+    Raises:
+        ValueError: an empty name, an unknown or repeated option, or an N that is not an integer >= 1;
+            the message names the spec and what was expected.
+    """
     if isinstance(spec, GroupSpec):
         return spec
-    name, _, flag = spec.partition(":")
-    if not name or flag.lower() not in ("", "fifo"):
-        raise ValueError(f"group spec {spec!r} is not NAME[:fifo]")
-    return GroupSpec(name, fifo=flag.lower() == "fifo")
+    name, *options = spec.split(":")
+    if not name:
+        raise ValueError(f"group spec {spec!r}: the group name is empty (expected {_GROUP_SYNTAX})")
+    fifo = False
+    max_attempts: int | None = None
+    seen: set[str] = set()
+    for option in options:
+        key, eq, value = option.partition("=")
+        key = key.strip().lower()
+        if key in seen:
+            raise ValueError(f"group spec {spec!r}: option {key!r} given twice")
+        seen.add(key)
+        if key == "fifo" and not eq:
+            fifo = True
+        elif key == "max-attempts" and eq:
+            try:
+                max_attempts = int(value)
+            except ValueError:
+                max_attempts = 0  # reported below with the same message as 0 or a negative N
+            if max_attempts < 1:
+                raise ValueError(f"group spec {spec!r}: max-attempts must be an integer >= 1, got {value!r}")
+        else:
+            raise ValueError(
+                f"group spec {spec!r}: unknown option {option!r} (expected fifo or max-attempts=N)"
+            )
+    retry = None if max_attempts is None else RetryPolicy(max_attempts=max_attempts)
+    return GroupSpec(name, fifo=fifo, retry=retry)
 
 
 @dataclass(frozen=True, slots=True)

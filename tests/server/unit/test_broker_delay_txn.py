@@ -238,3 +238,39 @@ def test_committed_delayed_transaction_waits_for_its_time() -> None:
     )
     assert pop(broker, T0 + 49) == []
     assert ids(pop(broker, T0 + 50)) == ["TD"]
+
+
+def test_held_messages_report_their_offset_in_the_timer_or_half_queue() -> None:
+    """SendResult.offset of a held message is its offset in the broker's holding queue, as upstream answers
+    it: delayed messages go to the timer queue (rmq_sys_wheel_timer, queue 0), prepared ones to the half
+    queue (RMQ_SYS_TRANS_HALF_TOPIC, queue 0); each queue counts on its own, across topics, and takes an
+    offset for whatever upstream puts there (recall markers, delayed commits). A message gets its own
+    topic's offset when it lands."""
+    catalog, broker = make(TXN, queues=1)
+    catalog.create_topic("d", 2, (DELAY,))
+    assert [broker.send([msg(kind=TXN)], T0)[0].offset for _ in range(3)] == [0, 1, 2]  # half queue
+    [a] = broker.send([msg("d", kind=DELAY, deliver_at=T0 + 30, message_id="A")], T0)
+    [b] = broker.send([msg("d", kind=DELAY, deliver_at=T0 + 30, message_id="B")], T0)
+    assert (a.offset, b.offset) == (0, 1)  # the timer queue's first two, not the half queue's next
+    broker.recall(topic="d", recall_handle=b.recall_handle, now=T0 + 1)  # its delete marker takes 2
+    [c] = broker.send([msg("d", kind=DELAY, deliver_at=T0 + 40, message_id="C")], T0 + 1)
+    assert c.offset == 3
+    [td] = broker.send([msg(kind=TXN, deliver_at=T0 + 50, message_id="TD")], T0 + 1)
+    assert td.offset == 3  # half queue
+    broker.end_transaction(
+        topic="t", message_id="TD", transaction_id=td.transaction_id, commit=True, now=T0 + 2
+    )  # the committed delayed message goes through the timer queue: 4
+    [e] = broker.send([msg("d", kind=DELAY, deliver_at=T0 + 60, message_id="E")], T0 + 2)
+    assert e.offset == 5
+    # Already due: stored at once, so the offset is the one in its own queue.
+    [now] = broker.send([msg("d", kind=DELAY, deliver_at=T0 - 1, message_id="N")], T0 + 2)
+    assert now.offset == 0
+    broker.tick(T0 + 60)
+    landed = {m.message_id: (m.queue_id, m.offset) for m in broker.messages("d")}
+    assert landed["N"] == (now.queue_id, 0)
+    # A, C and E land in their queues after N, each at the next offset of its own queue.
+    per_queue: dict[int, list[int]] = {}
+    for queue_id, offset in landed.values():
+        per_queue.setdefault(queue_id, []).append(offset)
+    assert all(sorted(offsets) == list(range(len(offsets))) for offsets in per_queue.values())
+    assert sorted(landed) == ["A", "C", "E", "N"]

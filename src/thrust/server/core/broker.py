@@ -341,8 +341,8 @@ class Broker:
         "_clients",
         "_delayed",
         "_fifo_read_ahead",
+        "_half_offset",
         "_held",
-        "_held_offset",
         "_max_delay",
         "_max_held",
         "_nonce",
@@ -353,6 +353,7 @@ class Broker:
         "_secret",
         "_serial",
         "_subs",
+        "_timer_offset",
         "_timers",
         "_topics",
         "_txn_check_after",
@@ -410,7 +411,10 @@ class Broker:
         self._nonce = secrets.randbits(40)
         self._serial = 0
         self._pop_serial = 0
-        self._held_offset = 0
+        # Next offsets of the two holding queues (see `_next_timer_offset`): upstream's
+        # rmq_sys_wheel_timer and RMQ_SYS_TRANS_HALF_TOPIC, one queue (id 0) each per broker.
+        self._timer_offset = 0
+        self._half_offset = 0
 
     # ------------------------------------------------------------------ producing
 
@@ -420,7 +424,9 @@ class Broker:
         The broker picks the queue (reference 7.7): a message group shared by every message of the
         request is hashed (crc32) over the topic's queues, otherwise the whole request goes to the next
         queue round-robin. Messages with a future `delivery_timestamp` are held until then and get a
-        recall handle; TRANSACTION messages get a transaction id and are held until committed.
+        recall handle; TRANSACTION messages get a transaction id and are held until committed. A held
+        message's `SendResult.offset` is its offset in the broker's timer or half queue, as upstream
+        reports it, not in its topic's queue (see `_next_timer_offset`).
 
         Raises:
             BrokerError(MESSAGE_CORRUPTED): no messages, or different topics.
@@ -466,7 +472,7 @@ class Broker:
                 stored = StoredMessage.of(
                     message,
                     queue_id=queue_id,
-                    offset=self._next_held_offset(),
+                    offset=self._next_half_offset(),
                     store_timestamp=now,
                     broker=self.name,
                     transaction_id=txn_id,
@@ -482,7 +488,7 @@ class Broker:
                     stored = StoredMessage.of(
                         message,
                         queue_id=queue_id,
-                        offset=self._next_held_offset(),
+                        offset=self._next_timer_offset(),
                         store_timestamp=now,
                         broker=self.name,
                     )
@@ -521,6 +527,9 @@ class Broker:
             )
         del self._held[recall_handle]
         self._delayed.cancel(held)
+        # Upstream recalls by putting a delete marker (PROPERTY_TIMER_DEL_UNIQKEY) through the timer queue
+        # (RecallMessageProcessor), which takes the next offset there.
+        self._next_timer_offset()
         return held.msg.message_id
 
     def end_transaction(
@@ -838,11 +847,24 @@ class Broker:
         self._held[key] = held
         self._delayed.push(held, stored.delivery_timestamp or 0.0)
 
-    def _next_held_offset(self) -> int:
-        # Held (delayed / prepared) messages live in a separate holding log, like upstream's schedule and
-        # half topics; SendResult.offset is their offset there. They get a queue offset when they land.
-        offset = self._held_offset
-        self._held_offset += 1
+    def _next_timer_offset(self) -> int:
+        # Upstream stores a message whose delivery time is in the future in the timer topic
+        # rmq_sys_wheel_timer, queue 0, not in its own topic (HookUtils.transformTimerMessage), and
+        # SendMessageProcessor answers that put's consume-queue offset (getLogicsOffset), which the proxy
+        # passes on as SendResultEntry.offset (SendMessageActivity). So the offset a producer sees for a
+        # delayed message counts every message that went through this broker's timer queue, whatever its
+        # topic; the message gets an offset in its own queue only when it lands. Whatever upstream puts
+        # into that queue takes an offset here too: delayed sends, delayed commits, recall markers.
+        offset = self._timer_offset
+        self._timer_offset += 1
+        return offset
+
+    def _next_half_offset(self) -> int:
+        # Likewise a prepared transactional message goes to RMQ_SYS_TRANS_HALF_TOPIC, queue 0
+        # (TransactionalMessageBridge.parseHalfMessageInner): its offset is the half queue's. (Upstream
+        # also re-puts a half message there at each check; the checks here do not count.)
+        offset = self._half_offset
+        self._half_offset += 1
         return offset
 
     def _new_transaction_id(self) -> str:
@@ -865,6 +887,9 @@ class Broker:
         due = stored.delivery_timestamp
         if due is not None and due > now:
             self._serial += 1
+            # The committed message goes through the timer queue upstream (EndTransactionProcessor puts
+            # it; HookUtils moves it to rmq_sys_wheel_timer), taking an offset there.
+            self._next_timer_offset()
             self._hold(f"txn {self._serial}", stored, txn.topic)
         else:
             self._append_stored(txn.topic, stored.queue_id, stored, now)

@@ -268,7 +268,8 @@ class StoredMessage:
     Attributes (beyond InboundMessage's):
         queue_id: the queue it sits in.
         offset: its monotonic offset in that queue (for delayed or transactional messages not yet
-            visible: the offset in the broker's holding log, like upstream's schedule/half topics).
+            visible: the offset in the broker's timer or half queue, like upstream's rmq_sys_wheel_timer
+            and RMQ_SYS_TRANS_HALF_TOPIC).
         store_timestamp: when it was appended to the queue.
         broker: the name of the broker holding it (`store_host` on the wire).
         transaction_id: set for TRANSACTION messages, else "".
@@ -376,7 +377,10 @@ class SendResult:
     """One `SendResultEntry` (reference 7.7): the producer's id, placement, and handles.
 
     `transaction_id` is "" unless the message is transactional; `recall_handle` is "" unless it is a
-    delayed message (then `Broker.recall` accepts it until the message is delivered).
+    delayed message (then `Broker.recall` accepts it until the message is delivered). `offset` is the
+    queue offset in topic `queue_id`, except for a message held at send time: a delayed one has its
+    offset in the broker's timer queue (upstream `rmq_sys_wheel_timer`), a transactional one in the half
+    queue (`RMQ_SYS_TRANS_HALF_TOPIC`), as upstream reports them.
     """
 
     message_id: str
