@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run demo test lint typecheck layers pytest proto clean
+.PHONY: run demo test lint typecheck layers pytest cluster proto clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -32,9 +32,17 @@ layers: $(STAMP)
 	$(BIN)/lint-imports
 
 # Four workers on two cores: most of the reliability and fault tests wait (invisible times, long polls,
-# a paused server) rather than compute, so they overlap well; the suite stays well under 10 minutes.
+# a paused server) rather than compute, so they overlap well.
+# `thrust cluster --mode both --exec` first starts a real Apache RocketMQ (one local-mode proxy with its
+# broker, and two brokers behind a cluster-mode proxy) from the Maven Central jars, which it fetches once
+# into ~/.cache/thrust/rocketmq; every pytest worker uses those two clusters (tests/conftest.py). It
+# fails at once, naming what to install, when Java 17+ or Maven is missing.
 pytest: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n 4
+	$(BIN)/thrust cluster --mode both --exec $(BIN)/python -m pytest -q -p no:cacheprovider -n 4
+
+# A real RocketMQ for a person: prints the gRPC endpoint, runs until Ctrl-C.
+cluster: $(STAMP)
+	$(BIN)/thrust cluster --mode local --topic orders --group billing
 
 test: lint typecheck layers pytest
 
