@@ -139,11 +139,20 @@ class Message:
         message_group: FIFO group; messages of one group are delivered in send order.
         delivery_time: deliver no earlier than this time (timezone-aware datetime or epoch seconds).
         delay: deliver after this many seconds from now (a shortcut for `delivery_time`).
-        priority: priority for PRIORITY topics (higher first).
+        priority: an int >= 0, for topics created as PRIORITY (others refuse it with
+            MESSAGE_PROPERTY_CONFLICT_WITH_TYPE). See "Priority" below.
 
     A message with `message_group` is FIFO; with a delivery time it is DELAY; with a priority PRIORITY.
     Those are mutually exclusive (the server answers MESSAGE_PROPERTY_CONFLICT_WITH_TYPE), and
     `Producer.send` rejects the combination before any I/O.
+
+    Priority (RocketMQ 5.4+, and the embedded server): the broker that takes the message stores it in
+    queue `min(priority, queues - 1)` of the topic, and a receive from that broker takes the highest
+    queue first. So, on one broker, waiting messages of a higher priority are received before those of a
+    lower one, and those of one priority in send order. No more than that: priorities at or above
+    `queues - 1` are equal; messages waiting on different brokers are not ordered against each other
+    (a receive reads one broker); a redelivered message comes after every new one; and `send_batch`
+    stores a whole batch in one queue, so priorities within a batch order nothing.
     """
 
     __slots__ = (
@@ -281,7 +290,7 @@ class ReceivedMessage:
         born_host, queue_id, queue_offset: where it came from.
         receipt_handle: the current handle; `change_invisible_duration` replaces it with the server's new one.
         message_type: NORMAL, FIFO, DELAY, TRANSACTION or PRIORITY.
-        priority: for PRIORITY messages.
+        priority: for PRIORITY messages, as sent (see `Message` for what it orders).
 
     `await msg.ack()` and `await msg.change_invisible_duration(seconds)` settle it through the consumer
     that received it.

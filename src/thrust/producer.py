@@ -613,5 +613,4 @@ def _check_type(message: Message, transactional: bool) -> None:
             "message group (FIFO), delivery time (DELAY), priority and transactions are exclusive",
             code=Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
         )
-    if message.message_type is MessageType.PRIORITY and message.priority is not None and message.priority < 0:
-        raise ValidationError("priority must be >= 0", code=Code.BAD_REQUEST)
+    _check(validation.check_priority, message.priority)

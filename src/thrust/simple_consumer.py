@@ -1,7 +1,11 @@
 """`SimpleConsumer`: pull messages when you want them, settle each one yourself.
 
-Each `receive()` is one ReceiveMessage long poll (up to 32 messages) on one broker, round robin over the
-subscribed topics and their readable queues (Java `SubscriptionLoadBalancer`). Messages stay invisible to
+Each `receive()` is one ReceiveMessage long poll (up to 32 messages) on one broker: round robin over the
+subscribed topics, and within a topic over its brokers, preferring those whose last receive returned
+messages (`thrust._core.receive_balancer`). Not over the route's queues, as the Java client's
+`SubscriptionLoadBalancer` does: the proxy pops a broker's whole share of the topic whatever queue is
+named, so with 8 queues per broker that named one drained broker 8 times in a row, each time an empty long
+poll held for `await_duration` while the other brokers' backlog waited. Messages stay invisible to
 other consumers for `invisible_duration`; `ack()` removes them, `change_invisible_duration()` hides them
 longer (or makes them visible again soon) and keeps the new receipt handle the server returns (reference
 §7.7), and a message not acked in time is delivered again with `delivery_attempt + 1`.
@@ -22,6 +26,7 @@ from typing import Any
 from thrust._codec import convert, validation
 from thrust._codec.status import Code
 from thrust._core.endpoints import Endpoint
+from thrust._core.receive_balancer import ReceiveBalancer
 from thrust._core.routes import RouteQueue
 from thrust._core.settings import ClientSettings, receive_deadline
 from thrust._io.session import ClientSession
@@ -115,7 +120,8 @@ class SimpleConsumer:
         self._start_task: asyncio.Task[None] | None = None
         self._closed = False
         self._next_topic = 0
-        self._next_queue: dict[str, int] = {}
+        self._balancers: dict[str, ReceiveBalancer[str]] = {}  # per topic, over its broker names
+        self._next_queue: dict[tuple[str, str], int] = {}  # per (topic, broker): the queue to name
         self._buffer: deque[ReceivedMessage] = deque()
         self._group_pb = pb.Resource(resource_namespace=self.config.namespace, name=group)
         self._filters: dict[str, pb.FilterExpression] = {}
@@ -203,6 +209,7 @@ class SimpleConsumer:
         """Stop receiving from `topic`."""
         self._subscriptions.pop(topic, None)
         self._filters.pop(topic, None)
+        self._balancers.pop(topic, None)
         self._resync()
 
     def _resync(self) -> None:
@@ -231,12 +238,28 @@ class SimpleConsumer:
             topic = topics[self._next_topic % len(topics)]
             self._next_topic += 1
             route = await session.route(topic)
-            queues = [q for q in route.queues if q.readable and q.is_master]
-            if queues:
-                i = self._next_queue.get(topic, 0)
-                self._next_queue[topic] = i + 1
+            by_broker: dict[str, list[RouteQueue]] = {}
+            for q in route.queues:
+                if q.readable and q.is_master:
+                    by_broker.setdefault(q.broker_name, []).append(q)
+            if by_broker:
+                balancer = self._balancers.get(topic)
+                if balancer is None:
+                    balancer = self._balancers[topic] = ReceiveBalancer()
+                broker = balancer.choose(list(by_broker))
+                # The queue named does not matter to the proxy (it pops the broker's acting queue, FIFO
+                # groups included: ReceiveMessageActivity.ReceiveMessageQueueSelector), but a real queue
+                # of that broker, rotated, is what the request has always carried.
+                queues = by_broker[broker]
+                i = self._next_queue.get((topic, broker), 0)
+                self._next_queue[(topic, broker)] = i + 1
                 return topic, queues[i % len(queues)]
         raise NotFoundError("no readable queue in any subscribed topic", code=Code.FORBIDDEN)
+
+    def _record(self, queue: RouteQueue, received: int) -> None:
+        balancer = self._balancers.get(queue.topic)
+        if balancer is not None:
+            balancer.record(queue.broker_name, received)
 
     async def receive(
         self, max_messages: int = MAX_BATCH, invisible_duration: float | None = None
@@ -264,9 +287,16 @@ class SimpleConsumer:
         endpoint = queue.endpoint
         # Not await_duration + request timeout: the proxy holds a poll for at least 5 s and refuses a
         # shorter deadline (ILLEGAL_POLLING_TIME, reference §7.5 step 2), see `receive_deadline`.
-        result = await session.receive(
-            endpoint, request, timeout=receive_deadline(self.await_duration, session.settings.request_timeout)
-        )
+        try:
+            result = await session.receive(
+                endpoint,
+                request,
+                timeout=receive_deadline(self.await_duration, session.settings.request_timeout),
+            )
+        except ThrustError:
+            self._record(queue, 0)  # a failing broker is tried less often, like an empty one
+            raise
+        self._record(queue, len(result.messages))
         if not result.messages:
             return []
         good, bad = convert.received_from_pbs(result.messages, endpoint)

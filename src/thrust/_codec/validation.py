@@ -53,6 +53,7 @@ __all__ = [
     "check_message_group",
     "check_message_id",
     "check_polling_time",
+    "check_priority",
     "check_properties",
     "check_receive_invisible_duration",
     "check_send_message",
@@ -561,6 +562,17 @@ def check_polling_time(
             code, "The deadline time remaining is not enough for polling, please check network condition"
         )
     return polling
+
+
+def check_priority(priority: int | None) -> None:
+    """`SystemProperties.priority`: at least 0 when set.
+
+    thrust: BAD_REQUEST. Upstream refuses a negative priority too, but by accident: the proxy's
+    `SendMessageActivity.buildMessageProperty` calls `Message.setPriority`, whose IllegalArgumentException
+    reaches the client as INTERNAL_SERVER_ERROR, a code that invites retrying a request that cannot
+    succeed."""
+    if priority is not None and priority < 0:
+        raise Invalid(Code.BAD_REQUEST, f"the priority must be greater than or equal to 0, got {priority}")
 
 
 def check_transaction_recovery(seconds: float, maximum: float = MAX_TRANSACTION_RECOVERY_SECONDS) -> None:

@@ -91,7 +91,10 @@ def register(subparsers: Any) -> None:
         "--brokers", type=int, default=1, help="number of brokers, on consecutive ports (default 1)"
     )
     parser.add_argument(
-        "--auto-create", action="store_true", help="create unknown topics on first use (else TOPIC_NOT_FOUND)"
+        "--auto-create",
+        action="store_true",
+        help="create unknown topics on first use, accepting every message type but PRIORITY "
+        "(else TOPIC_NOT_FOUND)",
     )
     parser.add_argument(
         "--default-queues", type=int, default=4, help="queues of auto-created topics (default 4)"
@@ -101,8 +104,10 @@ def register(subparsers: Any) -> None:
         action="append",
         default=[],
         metavar="NAME[:QUEUES[:TYPE]][@B1+B2]",
-        help="create a topic; TYPE is NORMAL (default), FIFO, DELAY, TRANSACTION, MIXED or a+b; "
-        "@0+2 places it on brokers 0 and 2 only (default: every broker)",
+        help="create a topic; TYPE is NORMAL (default), FIFO, DELAY, TRANSACTION, PRIORITY, MIXED or a+b; "
+        "@0+2 places it on brokers 0 and 2 only (default: every broker). A PRIORITY message goes to queue "
+        "min(priority, QUEUES-1) of its broker and each receive takes the highest queue first, so "
+        "QUEUES is the number of priority levels",
     )
     parser.add_argument(
         "--group",

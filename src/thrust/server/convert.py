@@ -13,7 +13,12 @@ from typing import Any, Final, cast
 
 from google.protobuf import duration_pb2, timestamp_pb2
 
-from thrust._codec.validation import check_body_digest, check_send_message, check_transaction_recovery
+from thrust._codec.validation import (
+    check_body_digest,
+    check_priority,
+    check_send_message,
+    check_transaction_recovery,
+)
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as d
 from thrust.server.core.model import Delivery, InboundMessage, MessageType, StoredMessage, inbound
 
@@ -59,7 +64,9 @@ def inbound_message(message: d.Message, client_id: str, now: float) -> InboundMe
     """Validate one message of a SendMessage request (reference 7.7, the proxy's order) and convert it.
 
     The message type, when unspecified, is inferred as the proxy's `buildMessage` does from the system
-    properties: a delivery timestamp makes it DELAY, a message group FIFO, else NORMAL.
+    properties: a delivery timestamp makes it DELAY, a message group FIFO, else NORMAL. A priority makes a
+    NORMAL message PRIORITY (and a PRIORITY message without one is NORMAL); other types lose their
+    priority, as upstream's broker clears it.
 
     Raises:
         Invalid: the first problem found, with the proxy's status code.
@@ -88,6 +95,8 @@ def inbound_message(message: d.Message, client_id: str, now: float) -> InboundMe
     if sp.HasField("orphaned_transaction_recovery_duration"):
         recovery = duration_seconds(sp.orphaned_transaction_recovery_duration)
         check_transaction_recovery(recovery)
+    priority = sp.priority if sp.HasField("priority") else None
+    check_priority(priority)
     kind = _MESSAGE_TYPES.get(sp.message_type)
     if kind is None:
         if delivery_ts is not None:
@@ -96,6 +105,15 @@ def inbound_message(message: d.Message, client_id: str, now: float) -> InboundMe
             kind = MessageType.FIFO
         else:
             kind = MessageType.NORMAL
+    if kind is MessageType.NORMAL and priority is not None:
+        # Upstream types a message by its properties, not by the declared type
+        # (`TopicMessageType.parseFromMessageProperty`: a priority makes a plain message PRIORITY), so a
+        # priority sent as NORMAL is checked against the topic as a PRIORITY message.
+        kind = MessageType.PRIORITY
+    elif kind is MessageType.PRIORITY and priority is None:
+        kind = MessageType.NORMAL
+    elif kind is not MessageType.PRIORITY:
+        priority = None  # the broker drops the priority of other types (`SendMessageProcessor.sendMessage`)
     return inbound(
         message.topic.name,
         message.body,
@@ -111,7 +129,7 @@ def inbound_message(message: d.Message, client_id: str, now: float) -> InboundMe
         sp.body_encoding == _GZIP,
         sp.trace_context if sp.HasField("trace_context") else None,
         recovery,
-        sp.priority if sp.HasField("priority") else None,
+        priority,
         client_id,
     )
 

@@ -422,11 +422,12 @@ class Broker:
         """Store one SendMessage request's messages (all or none); one result per message, in order.
 
         The broker picks the queue (reference 7.7): a message group shared by every message of the
-        request is hashed (crc32) over the topic's queues, otherwise the whole request goes to the next
-        queue round-robin. Messages with a future `delivery_timestamp` are held until then and get a
-        recall handle; TRANSACTION messages get a transaction id and are held until committed. A held
-        message's `SendResult.offset` is its offset in the broker's timer or half queue, as upstream
-        reports it, not in its topic's queue (see `_next_timer_offset`).
+        request is hashed (crc32) over the topic's queues, a request of one PRIORITY message goes to queue
+        min(priority, queues - 1), otherwise the whole request goes to the next queue round-robin.
+        Messages with a future `delivery_timestamp` are held until then and get a recall handle;
+        TRANSACTION messages get a transaction id and are held until committed. A held message's
+        `SendResult.offset` is its offset in the broker's timer or half queue, as upstream reports it,
+        not in its topic's queue (see `_next_timer_offset`).
 
         Raises:
             BrokerError(MESSAGE_CORRUPTED): no messages, or different topics.
@@ -582,6 +583,8 @@ class Broker:
         `invisible_duration` (the service enforces 10 s..12 h; here any value in (0, 12 h]).
         Messages the filter rejects are skipped for this group for good (upstream acks them, 7.5 step 6).
         Redelivered messages are mixed with new ones: every fifth message taken prefers the retry queue.
+        On a PRIORITY topic a non-FIFO pop of queue -1 takes new messages from the highest queue down,
+        then redeliveries (`_take_by_priority`).
         For FIFO groups, a message group is blocked while an earlier message of it is in flight. A pop
         repeating the `attempt_id` of a batch that is still entirely in flight returns that batch again.
 
@@ -622,10 +625,13 @@ class Broker:
             delivery = self._deliver(rec, now, invisible, auto_renew, client_id, attempt_id)
             batch.append((rec, rec.nonce, delivery))
 
-        if queue_id == -1:
+        if queue_id == -1 and info.priority and not sub.fifo:
+            self._take_by_priority(sub, ts.logs, message_filter, need, deliver)
+            order: Sequence[int] = ()
+        elif queue_id == -1:
             start = sub.rr % nqueues
             sub.rr += 1
-            order: Sequence[int] = [(start + i) % nqueues for i in range(nqueues)]
+            order = [(start + i) % nqueues for i in range(nqueues)]
         else:
             order = (queue_id,)
         for qid in order:
@@ -809,6 +815,14 @@ class Broker:
         return ts
 
     def _select_queue(self, ts: _TopicState, info: TopicInfo, messages: Sequence[InboundMessage]) -> int:
+        if len(messages) == 1:
+            priority = messages[0].priority
+            if priority is not None and messages[0].message_type == MessageType.PRIORITY:
+                # Upstream's broker stores a PRIORITY message in queue min(priority, queues - 1) of the
+                # broker the proxy chose (`SendMessageProcessor.sendMessage`), and pops of a PRIORITY
+                # topic read the highest queue first. Only single sends: `sendBatchMessage` keeps the
+                # queue the proxy picked for the whole batch, so a batch's priorities order nothing.
+                return min(priority, info.queues - 1)
         groups = {message.message_group for message in messages}
         if len(groups) == 1:
             (group,) = groups
@@ -985,6 +999,27 @@ class Broker:
                 return
             sub.mix += 1
             deliver(rec)
+
+    def _take_by_priority(
+        self, sub: _Sub, logs: list[_QueueLog], flt: MessageMatcher, need: int, deliver: _DeliverFn
+    ) -> None:
+        """Priority mode (upstream `PopMessageProcessor.processRequest` for a PRIORITY topic and a
+        non-FIFO pop, with the group's default `priority.factor` 100 and `priorityOrderAsc`): new messages
+        from the highest queue, the highest priority, down; then redeliveries, which upstream reads from
+        the retry topic only when the queues did not fill the batch (`popFromRetryProbabilityForPriority`
+        is 0). So under a steady backlog a redelivery waits behind every new message, as upstream's does."""
+        order = range(len(logs) - 1, -1, -1)
+        for qid in order:
+            sq = sub.queues[qid]
+            log = logs[qid]
+            while need > 0 and (rec := self._next_new(sub, sq, qid, log, flt)) is not None:
+                deliver(rec)
+                need -= 1
+        for qid in order:
+            sq = sub.queues[qid]
+            while need > 0 and (rec := self._next_retry(sq, flt)) is not None:
+                deliver(rec)
+                need -= 1
 
     def _next_retry(self, sq: _SubQueue, flt: MessageMatcher) -> _Rec | None:
         while sq.retry:

@@ -18,7 +18,10 @@ __all__ = ["DLQ_PREFIX", "Catalog", "dead_letter_topic"]
 #: Upstream's dead-letter topic prefix (`MixAll.DLQ_GROUP_TOPIC_PREFIX`, reference 7.7).
 DLQ_PREFIX = "%DLQ%"
 
-_ALL_TYPES = frozenset(MessageType)
+# Every type but PRIORITY: a topic accepting PRIORITY messages is served highest queue first (see
+# `Broker.pop`), which would starve the low queues of an auto-created topic's NORMAL messages. Upstream
+# creates topics as NORMAL, and a priority needs a topic created as PRIORITY there too.
+_AUTO_TYPES = frozenset(MessageType) - {MessageType.PRIORITY}
 
 
 def dead_letter_topic(group: str) -> str:
@@ -30,8 +33,9 @@ class Catalog:
     """Topics and groups. Not thread-safe (the server runs it on one event loop).
 
     Args:
-        auto_create_topics: `topic()` creates unknown topics (default queue count, every message type)
-            instead of raising TOPIC_NOT_FOUND (reference 7.8 item 3, "or auto-create for tests").
+        auto_create_topics: `topic()` creates unknown topics (default queue count, every message
+            type but PRIORITY) instead of raising TOPIC_NOT_FOUND (reference 7.8 item 3, "or
+            auto-create for tests").
         default_queues: queue count of auto-created topics.
         auto_create_groups: `group()` creates unknown groups (non-FIFO, default retry policy) instead
             of raising CONSUMER_GROUP_NOT_FOUND. Upstream's `autoCreateSubscriptionGroup` is true too.
@@ -87,7 +91,7 @@ class Catalog:
         """The topic `name`.
 
         Unknown topics are created when `auto_create_topics` is set (`default_queues` queues, every
-        message type; a `%DLQ%` name gets the dead-letter shape: 1 queue, NORMAL).
+        message type but PRIORITY; a `%DLQ%` name gets the dead-letter shape: 1 queue, NORMAL).
 
         Raises:
             BrokerError(TOPIC_NOT_FOUND): unknown and auto-creation is off.
@@ -99,7 +103,7 @@ class Catalog:
             raise BrokerError(Code.TOPIC_NOT_FOUND, f"topic {name!r} does not exist")
         if name.startswith(DLQ_PREFIX):
             return self.create_topic(name, 1, (MessageType.NORMAL,))
-        return self.create_topic(name, self._default_queues, _ALL_TYPES)
+        return self.create_topic(name, self._default_queues, _AUTO_TYPES)
 
     def dead_letter_topic(self, group: str) -> TopicInfo:
         """The DLQ topic `%DLQ%<group>`, created (1 queue, NORMAL) on first use.

@@ -146,6 +146,12 @@ class TopicInfo:
         """True when broker `broker` (by name) hosts this topic."""
         return self.brokers is None or broker in self.brokers
 
+    @property
+    def priority(self) -> bool:
+        """True for a topic accepting PRIORITY messages: they are stored by priority and non-FIFO pops
+        take the highest queue first (upstream `TopicMessageType.PRIORITY`, see `Broker.pop`)."""
+        return MessageType.PRIORITY in self.types
+
 
 @dataclass(frozen=True, slots=True)
 class GroupInfo:
@@ -175,7 +181,7 @@ class InboundMessage:
         body_encoding_gzip: True when `body` is GZIP-encoded (Encoding.GZIP).
         trace_context: SystemProperties.trace_context.
         transaction_recovery_after: orphaned_transaction_recovery_duration in seconds (TRANSACTION only).
-        priority: SystemProperties.priority (PRIORITY only; stored, not used for ordering).
+        priority: SystemProperties.priority (PRIORITY only): the queue it is stored in (`Broker.send`).
         producer_client_id: the sender's client id; transaction checks go back to it.
     """
 
