@@ -201,7 +201,16 @@ class RpcClient:
     up by its protocol name (e.g. "SendMessage").
     """
 
-    __slots__ = ("_channel", "_closed", "_metadata", "_stub", "endpoint", "transport_failures")
+    __slots__ = (
+        "_channel",
+        "_closed",
+        "_metadata",
+        "_receives",
+        "_receives_cancelled",
+        "_stub",
+        "endpoint",
+        "transport_failures",
+    )
 
     def __init__(self, endpoint: Endpoint, config: ClientConfig, metadata: Metadata) -> None:
         self.endpoint = endpoint
@@ -210,6 +219,9 @@ class RpcClient:
         self.transport_failures = 0
         self._metadata = metadata
         self._closed = False
+        # ReceiveMessage calls in flight, for `cancel_receives`; set once that was called.
+        self._receives: set[Any] = set()
+        self._receives_cancelled = False
         tls = config.tls
         server_name = tls.server_name if tls is not None else None
         options = channel_options(endpoint, server_name, config.keepalive_interval, config.keepalive_timeout)
@@ -228,6 +240,16 @@ class RpcClient:
     def closed(self) -> bool:
         """True once `close()` was called."""
         return self._closed
+
+    def cancel_receives(self) -> None:
+        """Cancel every ReceiveMessage in flight now and refuse new ones (client close).
+
+        A long poll only waits for messages nobody will take once the client closes, so close must not
+        wait it out as it waits for acks (whose outcome matters): each waiting caller gets
+        ClientClosedError at once. Unary calls are left alone. The channel stays open for them."""
+        self._receives_cancelled = True
+        for call in self._receives:
+            call.cancel()
 
     def _check_reachable(self, what: str, request_id: str | None) -> None:
         """Raise the error of a call that would fail fast because the channel cannot connect.
@@ -288,7 +310,7 @@ class RpcClient:
         the stream then fails, the error is raised as usual; the messages already handed over stay
         delivered (they are invisible on the broker either way).
         """
-        if self._closed:
+        if self._closed or self._receives_cancelled:
             raise ClientClosedError("ReceiveMessage: the client is closed")
         md = self._metadata()
         code = -1
@@ -297,6 +319,7 @@ class RpcClient:
         delivery: float | None = None
         self._check_reachable("ReceiveMessage", Metadata.request_id_of(md))
         call = self._stub.ReceiveMessage(request, timeout=timeout, metadata=md)
+        self._receives.add(call)
         try:
             async for response in call:
                 kind = response.WhichOneof("content")
@@ -317,7 +340,13 @@ class RpcClient:
             call.cancel()
             if _task_cancelled():
                 raise
+            if self._receives_cancelled:
+                raise ClientClosedError(
+                    "ReceiveMessage cancelled: the client is closing", request_id=Metadata.request_id_of(md)
+                ) from None
             raise _channel_closed("ReceiveMessage", Metadata.request_id_of(md)) from None
+        finally:
+            self._receives.discard(call)
         if code == Code.MESSAGE_NOT_FOUND:
             return ReceiveResult(code, text, [], delivery)
         if code == -1:
