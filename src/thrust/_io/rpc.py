@@ -101,7 +101,14 @@ def translate_grpc_error(exc: grpc.RpcError, request_id: str | None, what: str) 
     code = exc.code() if isinstance(exc, grpc.aio.AioRpcError) else None
     details = (exc.details() if isinstance(exc, grpc.aio.AioRpcError) else None) or str(exc)
     if code == grpc.StatusCode.CANCELLED:
-        return ClientClosedError(f"{what} cancelled: {details}", request_id=request_id)
+        # Not this client's doing: grpc.aio reports a call cancelled in this process (`cancel()`, its
+        # channel closed, its task cancelled) as asyncio.CancelledError, never as an AioRpcError, and
+        # `unary` / `receive` handle that (`_task_cancelled`, `_channel_closed`). A CANCELLED status came
+        # from the other side: a server or proxy going down resets the streams in flight (grpc-java answers
+        # them CANCELLED), so the call failed in transport, like UNAVAILABLE, and a retry may succeed (a
+        # send's outcome is unknown, as for any transport failure). The session still reports a failure
+        # during its own close as ClientClosedError (`ClientSession._raise_if_closed`).
+        return ConnectionError(f"{what} failed: CANCELLED by the server: {details}", request_id=request_id)
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED and any(m in details for m in _TOO_LARGE_DETAILS):
         # The request is over the server's max inbound message size (catalogue S8): the same call can
         # never pass, so it is final (PAYLOAD_TOO_LARGE), not flow control to retry.
