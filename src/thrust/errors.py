@@ -116,7 +116,8 @@ class TimeoutError(ThrustError):
 
 
 class ConnectionError(ThrustError):
-    """The transport failed (gRPC UNAVAILABLE and friends) before a status came back."""
+    """The transport failed before a status came back: gRPC UNAVAILABLE and friends, or a call the server
+    side cancelled (a proxy going down), or whose channel was replaced."""
 
     default_retriable = True
 

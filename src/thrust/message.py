@@ -285,7 +285,8 @@ class ReceivedMessage:
     Attributes:
         topic, body, tag, keys, properties, message_group: as sent.
         message_id: the producer-assigned id.
-        delivery_attempt: 1 on first delivery, +1 on each redelivery.
+        delivery_attempt: 1 on first delivery, +1 on each redelivery (a FIFO push consumer's local retries
+            included).
         born_timestamp / store_timestamp / delivery_timestamp: epoch seconds (None when unknown).
         born_host, queue_id, queue_offset: where it came from.
         receipt_handle: the current handle; `change_invisible_duration` replaces it with the server's new one.
@@ -398,6 +399,22 @@ class ReceivedMessage:
     def _replace_receipt_handle(self, handle: str) -> None:
         """Internal: keep the handle the server returned from ChangeInvisibleDuration (reference §7.7)."""
         object.__setattr__(self, "_receipt_handle", handle)
+
+    def _redelivered(self) -> ReceivedMessage:
+        """Internal: this message as handed to the listener again by a local FIFO retry, one attempt later.
+
+        The proxy keeps a FIFO message invisible while the client retries it locally, so the server's
+        `delivery_attempt` never moves; Java counts the local attempts itself
+        (`MessageViewImpl.incrementAndGetDeliveryAttempt`, called by `ProcessQueueImpl.eraseFifoMessage`
+        before each redelivery), so a listener sees 1, 2, 3, ... as it does for server redeliveries. A copy
+        rather than a mutation: a message the listener kept from an earlier attempt still says which
+        attempt it was."""
+        copy = object.__new__(ReceivedMessage)
+        s = object.__setattr__
+        for name in ReceivedMessage.__slots__:
+            s(copy, name, getattr(self, name))
+        s(copy, "delivery_attempt", self.delivery_attempt + 1)
+        return copy
 
     def ack(self) -> Awaitable[None]:
         """Acknowledge through the consumer that received this message (same as `consumer.ack(msg)`)."""

@@ -94,14 +94,14 @@ CLOSE_NACK_DELAY = 1.0
 class _Delivery:
     """One received message on its way through the listener, the FIFO chain and the ack batcher."""
 
-    __slots__ = ("attempt", "message", "nbytes", "queue")
+    __slots__ = ("message", "nbytes", "queue")
 
     def __init__(self, message: ReceivedMessage, queue: _Queue) -> None:
+        # Replaced by a copy one attempt later on each local FIFO retry (`_fifo_failed`), so that the
+        # listener, the retry backoff and the dead-letter forward read the same count.
         self.message = message
         self.queue = queue
         self.nbytes = len(message.body)
-        # FIFO local retries count up from the server's delivery_attempt (reference §6.4 item 10).
-        self.attempt = message.delivery_attempt
 
 
 class _Stream:
@@ -882,17 +882,20 @@ class PushConsumer:
         """A FIFO message failed: retry locally on a loop timer, or dead-letter it. Either way it stays at the
         head of its chain: the group goes on once the forward has settled (`_heads_settled`)."""
         policy = self.session.settings.retry_policy
-        if fifo_failure_action(d.attempt, policy.max_attempts) is FifoAction.RETRY:
-            delay = policy.next_delay(d.attempt)
-            d.attempt += 1
+        m = d.message
+        # Local retries count up from the server's delivery_attempt (reference §6.4 item 10), and the
+        # listener sees each one (Java `MessageViewImpl.incrementAndGetDeliveryAttempt`).
+        attempt = m.delivery_attempt
+        if fifo_failure_action(attempt, policy.max_attempts) is FifoAction.RETRY:
+            delay = policy.next_delay(attempt)
+            d.message = m._redelivered()
             loop = asyncio.get_running_loop()
             self._fifo_timers[d] = loop.call_later(delay, self._fifo_retry, d)
             return
-        m = d.message
         q = d.queue
         dlq = self._dlq
         assert dlq is not None
-        token = _Token(q, m.topic, m.message_id, d.attempt, d)
+        token = _Token(q, m.topic, m.message_id, attempt, d)
         entry = self._head_entry(q, m, token, now + self.ack_retry_window, dlq.batcher)
         q.acks_pending += 1
         dlq.add(q.ack_key, entry)

@@ -174,6 +174,9 @@ class SimpleConsumer:
     async def close(self, timeout: float = 5.0) -> None:
         """Stop, let in-flight calls finish (up to `timeout`), tell the server, close channels. Idempotent.
 
+        A pending `receive()` (long poll) is cancelled at once and raises ClientClosedError; `timeout`
+        bounds the wait for acks and other calls in flight.
+
         Buffered but not yet iterated messages are not acked: they become visible again when their
         invisible duration ends (the server also releases them on NotifyClientTermination)."""
         self._closed = True

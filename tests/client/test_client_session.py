@@ -9,7 +9,7 @@ import time
 import pytest
 
 import thrust
-from tests.client._util import receive_n, run
+from tests.client._util import receive_n, run, until
 from thrust._codec.status import Code
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as d
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as s
@@ -199,6 +199,50 @@ def test_close_under_load_is_bounded_and_leaves_nothing_running() -> None:
                 await polling
             with pytest.raises(thrust.ClientClosedError):
                 await p.send(thrust.Message(topic="t", body=b"x"))
+
+    run(scenario)
+
+
+def test_close_cancels_a_pending_long_poll_at_once_but_lets_an_ack_in_flight_finish() -> None:
+    """A receive long-polling an empty topic ends with ClientClosedError as soon as close begins; an ack in
+    flight (held 1 s by the server) still completes, and close waits for it, not for the poll."""
+
+    async def scenario() -> None:
+        async with embedded_server(topics=["t", "empty"], groups=["g"]) as srv:
+            ep = srv.endpoints[0]
+            events: list[str] = []
+            async with thrust.Producer(endpoints=ep, topics=["t"]) as p:
+                await p.send(thrust.Message(topic="t", body=b"x"))
+            c = thrust.SimpleConsumer(
+                endpoints=ep, group="g", subscriptions={"t": "*", "empty": "*"}, await_duration=30
+            )
+            await c.start()
+            (msg,) = await receive_n(c, 1)
+
+            async def poll() -> None:
+                try:
+                    await c.receive(32)
+                except thrust.ClientClosedError:
+                    events.append("receive: ClientClosedError")
+
+            async def ack() -> None:
+                await c.ack(msg)
+                events.append("ack: done")
+
+            srv.faults.add_latency("AckMessage", 1.0)
+            receives = srv.stats.calls["ReceiveMessage"]
+            polling = asyncio.create_task(poll())  # nothing left to receive: a 30 s long poll
+            acking = asyncio.create_task(ack())
+            await until(lambda: srv.stats.calls["ReceiveMessage"] > receives)
+            await until(lambda: srv.stats.calls["AckMessage"] == 1)
+            t0 = time.monotonic()
+            await c.close(timeout=20)
+            closed_after = time.monotonic() - t0
+            await asyncio.gather(polling, acking)
+            # The poll ended first, the ack (1 s on the server) after it, and close waited for the ack.
+            assert events == ["receive: ClientClosedError", "ack: done"]
+            # Only a fail-safe: before, close waited out the poll up to its own bound (20 s here).
+            assert closed_after < 10.0
 
     run(scenario)
 

@@ -8,6 +8,8 @@ import threading
 import time
 from typing import Any
 
+import pytest
+
 from tests.push._util import ready, run, send_all, until
 from thrust._core.ack import AckBatch
 from thrust.message import ConsumeResult, Message, ReceivedMessage
@@ -15,6 +17,7 @@ from thrust.producer import Producer
 from thrust.push_consumer import PushConsumer
 from thrust.server.app import GroupSpec
 from thrust.server.core.model import RetryPolicy
+from thrust.server.service import MessagingServicer
 from thrust.testing import embedded_server
 
 
@@ -76,7 +79,16 @@ def test_fifo_message_groups_in_parallel_keep_order_within_each_group() -> None:
     _fifo_order(parallel=True)
 
 
-def test_fifo_dead_letters_after_max_attempts_with_local_retries() -> None:
+def test_fifo_dead_letters_after_max_attempts_with_local_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    forwarded: list[tuple[int, int]] = []
+    original = MessagingServicer.ForwardMessageToDeadLetterQueue
+
+    async def spy(self: Any, request: Any, context: Any) -> Any:
+        forwarded.append((request.delivery_attempt, request.max_delivery_attempts))
+        return await original(self, request, context)
+
+    monkeypatch.setattr(MessagingServicer, "ForwardMessageToDeadLetterQueue", spy)
+
     async def main() -> None:
         group = GroupSpec("gd", fifo=True, retry=RetryPolicy(max_attempts=3, customized=(0.05, 0.1)))
         async with embedded_server(topics=["f:1:FIFO"], groups=[group]) as srv:
@@ -99,12 +111,49 @@ def test_fifo_dead_letters_after_max_attempts_with_local_retries() -> None:
             assert bodies == [b"before", b"poison", b"poison", b"poison", b"after"]
             poison = [(a, t) for b, a, t in calls if b == b"poison"]
             # Local retries on timers with the server's sub-second backoff; the attempt counts up from the
-            # server's delivery_attempt.
-            assert [a for a, _ in poison] == [1, 1, 1]
+            # server's delivery_attempt, and the listener sees each one (Java
+            # `MessageViewImpl.incrementAndGetDeliveryAttempt`).
+            assert [a for a, _ in poison] == [1, 2, 3]
             assert poison[1][1] - poison[0][1] >= 0.05
             assert poison[2][1] - poison[1][1] >= 0.1
             assert srv.stats.calls["ForwardMessageToDeadLetterQueue"] == 1
             assert srv.stats.calls["ChangeInvisibleDuration"] == 0
+        # The forward reports the attempt the listener last saw, which reached max attempts.
+        assert forwarded == [(3, 3)]
+
+    run(main())
+
+
+def test_fifo_local_retries_show_the_listener_each_delivery_attempt() -> None:
+    """A listener that gives up after its own limit of attempts (below the group's max) must see that
+    attempt: the FIFO local retries count 1, 2, 3 as the server's redeliveries of a normal group do."""
+
+    async def main() -> None:
+        group = GroupSpec("ga", fifo=True, retry=RetryPolicy(max_attempts=6, customized=(0.01,)))
+        async with embedded_server(topics=["f:1:FIFO"], groups=[group]) as srv:
+            ep = srv.endpoints[0]
+            attempts: list[int] = []
+            kept: list[ReceivedMessage] = []
+
+            def listener(m: ReceivedMessage) -> ConsumeResult:
+                attempts.append(m.delivery_attempt)
+                kept.append(m)
+                # Gives up (acks and moves on) on its third attempt.
+                return ConsumeResult.SUCCESS if m.delivery_attempt >= 3 else ConsumeResult.FAILURE
+
+            consumer = PushConsumer(endpoints=ep, group="ga", subscriptions={"f": "*"}, listener=listener)
+            async with Producer(endpoints=ep, topics=["f"]) as producer, consumer:
+                await ready(consumer)
+                await producer.send(Message(topic="f", body=b"x", message_group="k"))
+                # Without the count, the listener never reaches 3 and the group dead-letters at attempt 6.
+                await until(lambda: consumer.stats().acked + consumer.stats().dead_lettered == 1)
+                s = consumer.stats()
+            assert attempts == [1, 2, 3]
+            assert (s.acked, s.dead_lettered, s.consume_failures) == (1, 0, 2)
+            assert srv.stats.calls["ForwardMessageToDeadLetterQueue"] == 0
+            # Each attempt is its own message object: one kept from an earlier attempt says which it was.
+            assert [m.delivery_attempt for m in kept] == [1, 2, 3]
+            assert len({m.receipt_handle for m in kept}) == 1
 
     run(main())
 

@@ -101,7 +101,14 @@ def translate_grpc_error(exc: grpc.RpcError, request_id: str | None, what: str) 
     code = exc.code() if isinstance(exc, grpc.aio.AioRpcError) else None
     details = (exc.details() if isinstance(exc, grpc.aio.AioRpcError) else None) or str(exc)
     if code == grpc.StatusCode.CANCELLED:
-        return ClientClosedError(f"{what} cancelled: {details}", request_id=request_id)
+        # Not this client's doing: grpc.aio reports a call cancelled in this process (`cancel()`, its
+        # channel closed, its task cancelled) as asyncio.CancelledError, never as an AioRpcError, and
+        # `unary` / `receive` handle that (`_task_cancelled`, `_channel_closed`). A CANCELLED status came
+        # from the other side: a server or proxy going down resets the streams in flight (grpc-java answers
+        # them CANCELLED), so the call failed in transport, like UNAVAILABLE, and a retry may succeed (a
+        # send's outcome is unknown, as for any transport failure). The session still reports a failure
+        # during its own close as ClientClosedError (`ClientSession._raise_if_closed`).
+        return ConnectionError(f"{what} failed: CANCELLED by the server: {details}", request_id=request_id)
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED and any(m in details for m in _TOO_LARGE_DETAILS):
         # The request is over the server's max inbound message size (catalogue S8): the same call can
         # never pass, so it is final (PAYLOAD_TOO_LARGE), not flow control to retry.
@@ -201,7 +208,16 @@ class RpcClient:
     up by its protocol name (e.g. "SendMessage").
     """
 
-    __slots__ = ("_channel", "_closed", "_metadata", "_stub", "endpoint", "transport_failures")
+    __slots__ = (
+        "_channel",
+        "_closed",
+        "_metadata",
+        "_receives",
+        "_receives_cancelled",
+        "_stub",
+        "endpoint",
+        "transport_failures",
+    )
 
     def __init__(self, endpoint: Endpoint, config: ClientConfig, metadata: Metadata) -> None:
         self.endpoint = endpoint
@@ -210,6 +226,9 @@ class RpcClient:
         self.transport_failures = 0
         self._metadata = metadata
         self._closed = False
+        # ReceiveMessage calls in flight, for `cancel_receives`; set once that was called.
+        self._receives: set[Any] = set()
+        self._receives_cancelled = False
         tls = config.tls
         server_name = tls.server_name if tls is not None else None
         options = channel_options(endpoint, server_name, config.keepalive_interval, config.keepalive_timeout)
@@ -228,6 +247,16 @@ class RpcClient:
     def closed(self) -> bool:
         """True once `close()` was called."""
         return self._closed
+
+    def cancel_receives(self) -> None:
+        """Cancel every ReceiveMessage in flight now and refuse new ones (client close).
+
+        A long poll only waits for messages nobody will take once the client closes, so close must not
+        wait it out as it waits for acks (whose outcome matters): each waiting caller gets
+        ClientClosedError at once. Unary calls are left alone. The channel stays open for them."""
+        self._receives_cancelled = True
+        for call in self._receives:
+            call.cancel()
 
     def _check_reachable(self, what: str, request_id: str | None) -> None:
         """Raise the error of a call that would fail fast because the channel cannot connect.
@@ -288,7 +317,7 @@ class RpcClient:
         the stream then fails, the error is raised as usual; the messages already handed over stay
         delivered (they are invisible on the broker either way).
         """
-        if self._closed:
+        if self._closed or self._receives_cancelled:
             raise ClientClosedError("ReceiveMessage: the client is closed")
         md = self._metadata()
         code = -1
@@ -297,6 +326,7 @@ class RpcClient:
         delivery: float | None = None
         self._check_reachable("ReceiveMessage", Metadata.request_id_of(md))
         call = self._stub.ReceiveMessage(request, timeout=timeout, metadata=md)
+        self._receives.add(call)
         try:
             async for response in call:
                 kind = response.WhichOneof("content")
@@ -317,7 +347,13 @@ class RpcClient:
             call.cancel()
             if _task_cancelled():
                 raise
+            if self._receives_cancelled:
+                raise ClientClosedError(
+                    "ReceiveMessage cancelled: the client is closing", request_id=Metadata.request_id_of(md)
+                ) from None
             raise _channel_closed("ReceiveMessage", Metadata.request_id_of(md)) from None
+        finally:
+            self._receives.discard(call)
         if code == Code.MESSAGE_NOT_FOUND:
             return ReceiveResult(code, text, [], delivery)
         if code == -1:

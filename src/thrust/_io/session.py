@@ -412,6 +412,8 @@ class ClientSession:
         self._check_open()
         if not self.is_ready(endpoint):
             await self.session(endpoint)
+            # close() may have begun meanwhile; it cancels only the receives already in flight.
+            self._check_open()
         client = self.rpc(endpoint)
         self._inflight += 1
         try:
@@ -592,9 +594,10 @@ class ClientSession:
     async def close(self, timeout: float = 5.0) -> None:
         """Close within `timeout` seconds; idempotent.
 
-        Order: refuse new calls, wait for in-flight calls, NotifyClientTermination to every endpoint with a
-        session (reference §4.11), close telemetry streams, cancel every owned task, close every channel.
-        Whatever is still running at the deadline is cancelled, so nothing outlives this call.
+        Order: refuse new calls, cancel the receives (long polls) in flight, wait for the other in-flight
+        calls, NotifyClientTermination to every endpoint with a session (reference §4.11), close telemetry
+        streams, cancel every owned task, close every channel. Whatever is still running at the deadline
+        is cancelled, so nothing outlives this call.
         """
         if self._closed:
             return
@@ -607,6 +610,10 @@ class ClientSession:
         try:
             for task in self._periodic:
                 task.cancel()
+            # Long polls end now (their callers get ClientClosedError); the wait below is for the calls
+            # whose outcome matters, such as acks in flight.
+            for client in self._rpcs.values():
+                client.cancel_receives()
             await self.wait_idle(max(0.0, deadline - time.monotonic() - 0.2))
             endpoints = self.open_sessions()
             remaining = deadline - time.monotonic()
