@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -34,12 +33,3 @@ async def receive_n(consumer: thrust.SimpleConsumer, n: int, **kwargs: Any) -> l
     while len(got) < n:
         got += await consumer.receive(32, **kwargs)
     return got
-
-
-async def until(pred: Callable[[], bool], timeout: float = 10.0, step: float = 0.01) -> None:
-    """Wait (on the loop) until `pred()` holds; fail after `timeout` seconds."""
-    end = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > end:
-            raise AssertionError(f"condition not reached within {timeout}s")
-        await asyncio.sleep(step)

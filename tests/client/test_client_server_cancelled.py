@@ -17,7 +17,8 @@ import grpc
 import pytest
 
 import thrust
-from tests.client._util import run, until
+from tests.client._util import run
+from tests.push._util import until
 from thrust.server.service import MessagingServicer
 from thrust.testing import embedded_server
 

@@ -9,7 +9,8 @@ import time
 import pytest
 
 import thrust
-from tests.client._util import receive_n, run, until
+from tests.client._util import receive_n, run
+from tests.push._util import until
 from thrust._codec.status import Code
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as d
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as s
