@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.engines import EmbeddedInThread, Engine, real_engine
-from thrust.cluster import ClusterInfo, RocketMQCluster, attach_from_env
+from thrust.cluster import STANDARD_GROUPS, STANDARD_TOPICS, ClusterInfo, RocketMQCluster, attach_from_env
 
 
 def _cluster(mode: str) -> Iterator[ClusterInfo]:
@@ -24,7 +24,8 @@ def _cluster(mode: str) -> Iterator[ClusterInfo]:
     if attached is not None:
         yield attached
         return
-    with RocketMQCluster(mode) as cluster:  # type: ignore[arg-type]
+    # The set `thrust cluster` creates with mqadmin, as under `make test`.
+    with RocketMQCluster(mode, topics=STANDARD_TOPICS, groups=STANDARD_GROUPS) as cluster:  # type: ignore[arg-type]
         yield cluster.info
 
 

@@ -11,7 +11,14 @@ import sys
 import threading
 from typing import Any
 
-from thrust.cluster import ROCKETMQ_VERSION, ClusterError, JarsError, RocketMQCluster
+from thrust.cluster import (
+    ROCKETMQ_VERSION,
+    STANDARD_GROUPS,
+    STANDARD_TOPICS,
+    ClusterError,
+    JarsError,
+    RocketMQCluster,
+)
 from thrust.cluster.process import ENV_VAR
 
 __all__ = ["register", "run"]
@@ -25,8 +32,10 @@ run downloads ~100 MB of jars into ~/.cache/thrust/rocketmq (or $THRUST_ROCKETMQ
 --mode cluster: a namesrv, two brokers and a cluster-mode proxy (four JVMs, ~1 GB).
 --mode both: one of each (the test suite's setting).
 
-gRPC clients never create topics: give each with --topic NAME[:TYPE] (TYPE NORMAL, FIFO, DELAY,
-TRANSACTION or MIXED) and each FIFO consumer group with --group NAME:fifo; mqadmin creates them.
+gRPC clients never create topics, and the proxy refuses consumers of unknown groups: give each topic with
+--topic NAME[:TYPE] (TYPE NORMAL, FIFO, DELAY, TRANSACTION or MIXED) and each group with --group
+NAME[:fifo]; mqadmin creates them. Without --topic and --group it creates {", ".join(STANDARD_TOPICS)}
+and the groups {", ".join(STANDARD_GROUPS)}.
 
 Without --exec it runs until Ctrl-C. With --exec CMD ARGS..., it runs CMD with the cluster(s) described
 in ${ENV_VAR} (JSON), stops them when CMD ends and exits with CMD's exit code.
@@ -59,7 +68,12 @@ def run(args: argparse.Namespace) -> int:
     modes = ["local", "cluster"] if args.mode == "both" else [args.mode]
     try:
         clusters = [
-            RocketMQCluster(m, topics=args.topic, groups=args.group, keep=args.keep)  # type: ignore[arg-type]
+            RocketMQCluster(
+                m,  # type: ignore[arg-type]
+                topics=args.topic or (() if args.group else STANDARD_TOPICS),
+                groups=args.group or (() if args.topic else STANDARD_GROUPS),
+                keep=args.keep,
+            )
             for m in modes
         ]
     except ValueError as exc:

@@ -18,10 +18,19 @@ from __future__ import annotations
 
 from thrust.cluster.admin import AdminError, RemotingAdmin
 from thrust.cluster.jars import ROCKETMQ_VERSION, JarsError, fetch_jars
-from thrust.cluster.process import ClusterError, ClusterInfo, RocketMQCluster, attach_from_env
+from thrust.cluster.process import (
+    STANDARD_GROUPS,
+    STANDARD_TOPICS,
+    ClusterError,
+    ClusterInfo,
+    RocketMQCluster,
+    attach_from_env,
+)
 
 __all__ = [
     "ROCKETMQ_VERSION",
+    "STANDARD_GROUPS",
+    "STANDARD_TOPICS",
     "AdminError",
     "ClusterError",
     "ClusterInfo",

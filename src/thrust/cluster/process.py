@@ -35,7 +35,19 @@ from typing import Any, Final, Literal
 from thrust.cluster.admin import MESSAGE_TYPES, RemotingAdmin
 from thrust.cluster.jars import ROCKETMQ_VERSION, fetch_jars, require
 
-__all__ = ["ENV_VAR", "ClusterError", "ClusterInfo", "RocketMQCluster", "attach_from_env"]
+__all__ = [
+    "ENV_VAR",
+    "STANDARD_GROUPS",
+    "STANDARD_TOPICS",
+    "ClusterError",
+    "ClusterInfo",
+    "RocketMQCluster",
+    "attach_from_env",
+]
+
+STANDARD_TOPICS: Final = ("normal:NORMAL", "fifo:FIFO", "delay:DELAY", "transaction:TRANSACTION")
+"""One topic of each message type: what `thrust cluster` creates when given no --topic."""
+STANDARD_GROUPS: Final = ("group", "fifo-group:fifo")
 
 ENV_VAR: Final = "THRUST_ROCKETMQ"
 """`thrust cluster --exec` puts the running cluster's `ClusterInfo` here (JSON) for its child."""
@@ -180,10 +192,13 @@ class _Jvm:
             *args,
         ]
         self.process: subprocess.Popen[bytes] | None = None
+        self.log_offset = 0
         self.started_at = 0.0
         self.ready_after = 0.0
 
     def start(self) -> None:
+        # A restart appends to the same log: readiness is judged on what comes after this point.
+        self.log_offset = self.log_path.stat().st_size if self.log_path.exists() else 0
         env = dict(os.environ)
         # NamesrvStartup and BrokerStartup exit without it; any existing folder will do.
         env["ROCKETMQ_HOME"] = str(self.home)
@@ -202,7 +217,9 @@ class _Jvm:
     def wait_ready(self, pattern: re.Pattern[str], deadline: float) -> None:
         assert self.process is not None
         while True:
-            text = self.log_path.read_text(errors="replace")
+            with open(self.log_path, "rb") as log:
+                log.seek(self.log_offset)
+                text = log.read().decode(errors="replace")
             if pattern.search(text):
                 self.ready_after = time.monotonic() - self.started_at
                 return
@@ -307,6 +324,7 @@ class RocketMQCluster:
         self.jvms: list[_Jvm] = []
         self._info: ClusterInfo | None = None
         self._admin: RemotingAdmin | None = None
+        self._probe: str | None = None
         self.startup_seconds = 0.0
 
     # -- public -------------------------------------------------------------------------------------
@@ -334,6 +352,43 @@ class RocketMQCluster:
 
     def create_group(self, name: str, *, fifo: bool = False, max_attempts: int | None = None) -> None:
         self.admin.create_group(name, fifo=fifo, max_attempts=max_attempts)
+
+    def process(self, name: str) -> subprocess.Popen[bytes]:
+        """The running JVM `name` ("namesrv", "proxy", "broker-a", "broker-b"), e.g. for its pid."""
+        process = self._named(name).process
+        if process is None:
+            raise ClusterError(f"{name} was never started")
+        return process
+
+    def kill(self, name: str) -> None:
+        """SIGKILL `name` (no shutdown hook runs: a crash) and wait for it to exit."""
+        jvm = self._named(name)
+        if jvm.process is not None and jvm.process.poll() is None:
+            jvm.process.kill()
+            jvm.process.wait()
+
+    def terminate(self, name: str, grace: float = 30.0) -> None:
+        """SIGTERM `name` and wait for its shutdown hooks (SIGKILL after `grace` seconds)."""
+        self._named(name).stop(grace)
+
+    def restart(self, name: str, *, timeout: float = 120.0) -> float:
+        """Start `name` again with the same command, ports and store (after `kill` or `terminate`);
+        the seconds until its boot line. The proxy is also checked with a QueryRoute."""
+        jvm = self._named(name)
+        if jvm.process is not None and jvm.process.poll() is None:
+            raise ClusterError(f"{name} is still running; kill or terminate it first")
+        deadline = time.monotonic() + timeout
+        jvm.start()
+        jvm.wait_ready(_READY["broker" if jvm.role == "broker" else jvm.role], deadline)
+        if jvm.role == "proxy" and self._probe is not None:
+            wait_routable(self.endpoint, self._probe, deadline=deadline)
+        return jvm.ready_after
+
+    def _named(self, name: str) -> _Jvm:
+        for jvm in self.jvms:
+            if jvm.name == name:
+                return jvm
+        raise ClusterError(f"no process {name!r}; there are {[j.name for j in self.jvms]}")
 
     def rss_bytes(self) -> dict[str, int]:
         """Resident memory of each JVM, by name."""
@@ -444,6 +499,7 @@ class RocketMQCluster:
         self._admin = RemotingAdmin(brokers)
         # A probe topic proves the whole path: admin -> broker -> namesrv -> proxy -> gRPC.
         probe = f"thrust-ready-{uuid.uuid4().hex[:8]}"
+        self._probe = probe
         self._admin.create_topic(probe, "NORMAL", queues=1)
         wait_routable(endpoint, probe, deadline=deadline)
         self._info = ClusterInfo(endpoint, ns_addr, tuple(brokers), self.mode, self.version)
