@@ -1,0 +1,94 @@
+"""Behaviour defects a new user found, checked on both servers (each also has an embedded-only test
+that pins the mechanism; these show the behaviour holds against the real proxy too)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import thrust
+from tests.client._util import run
+from tests.engines import Engine
+from tests.push._util import until
+
+
+def test_fifo_local_retries_count_delivery_attempts(engine: Engine) -> None:
+    topic, group = engine.topic("FIFO"), engine.group(fifo=True, max_attempts=6)
+
+    async def main() -> None:
+        attempts: list[int] = []
+        lock = threading.Lock()
+
+        def listener(m: thrust.ReceivedMessage) -> thrust.ConsumeResult:
+            with lock:
+                attempts.append(m.delivery_attempt)
+                # A listener that gives up at its third attempt must see that attempt.
+                ok = m.delivery_attempt >= 3
+            return thrust.ConsumeResult.SUCCESS if ok else thrust.ConsumeResult.FAILURE
+
+        consumer = thrust.PushConsumer(
+            endpoints=engine.endpoint, group=group, subscriptions={topic: "*"}, listener=listener
+        )
+        async with thrust.Producer(endpoints=engine.endpoint, topics=[topic]) as producer, consumer:
+            await producer.send(thrust.Message(topic=topic, body=b"x", message_group="k"))
+            await until(lambda: consumer.stats().acked == 1, timeout=40)
+        assert attempts == [1, 2, 3]
+
+    run(main)
+
+
+def test_close_cancels_a_pending_long_poll_at_once(engine: Engine) -> None:
+    topic, group = engine.topic(), engine.group()
+
+    async def scenario() -> None:
+        events: list[str] = []
+        consumer = thrust.SimpleConsumer(
+            endpoints=engine.endpoint, group=group, subscriptions={topic: "*"}, await_duration=20
+        )
+        await consumer.start()
+
+        async def poll() -> None:
+            try:
+                await consumer.receive(32, 30)
+                events.append("receive: returned")
+            except thrust.ClientClosedError:
+                events.append("receive: ClientClosedError")
+
+        waiting = asyncio.create_task(poll())
+        await asyncio.sleep(1.0)  # the long poll is parked on the server (nothing to receive)
+        started = time.monotonic()
+        await consumer.close()
+        events.append("closed")
+        await waiting
+        # The poll ended by the close, not by its 20 s wait.
+        assert events == ["receive: ClientClosedError", "closed"]
+        assert time.monotonic() - started < 10  # a loose net under the event order above
+
+    run(scenario)
+
+
+def test_a_backlog_on_two_brokers_drains_without_empty_receives(engine2: Engine) -> None:
+    topic, group = engine2.topic(queues=8), engine2.group()
+    count = 60
+
+    async def scenario() -> None:
+        async with thrust.Producer(endpoints=engine2.endpoint, topics=[topic]) as producer:
+            for i in range(count):
+                await producer.send(thrust.Message(topic=topic, body=b"%d" % i))
+        got: set[str] = set()
+        receives = empties = 0
+        async with thrust.SimpleConsumer(
+            endpoints=engine2.endpoint, group=group, subscriptions={topic: "*"}, await_duration=5
+        ) as consumer:
+            while len(got) < count and empties <= 2:
+                batch = await consumer.receive(32, 20)
+                receives += 1
+                empties += not batch
+                got |= {m.message_id for m in batch}
+                assert await consumer.ack_many(batch) == [None] * len(batch)
+        assert len(got) == count
+        # Each receive pops one broker's share (up to 32): never an empty long poll on a drained broker.
+        assert empties == 0, (receives, empties)
+
+    run(scenario)
