@@ -8,7 +8,8 @@ fresh topic per test cannot wait that long. These are the same two requests, sen
 - `UPDATE_AND_CREATE_TOPIC` (17) with `CreateTopicRequestHeader` in `extFields`;
 - `UPDATE_AND_CREATE_SUBSCRIPTIONGROUP` (200) with a `SubscriptionGroupConfig` JSON body
   (`RequestCode.java`; the broker's `AdminBrokerProcessor.updateAndCreateTopic` /
-  `updateAndCreateSubscriptionGroup`).
+  `updateAndCreateSubscriptionGroup`);
+- `UPDATE_BROKER_CONFIG` (25) with a properties body (`mqadmin updateBrokerConfig`).
 
 A reply's code 0 is SUCCESS; anything else raises `AdminError` with the broker's remark.
 """
@@ -25,6 +26,7 @@ from typing import Any, Final
 __all__ = ["MESSAGE_TYPES", "AdminError", "RemotingAdmin"]
 
 UPDATE_AND_CREATE_TOPIC: Final = 17
+UPDATE_BROKER_CONFIG: Final = 25
 UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: Final = 200
 _RESPONSE_FLAG: Final = 1  # RemotingCommand RPC_TYPE bit: set on replies
 _SUCCESS: Final = 0
@@ -121,6 +123,15 @@ class RemotingAdmin:
         body = json.dumps(config).encode()
         for address in self._targets(brokers):
             self._call(address, UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body, f"create group {name!r}")
+
+    def update_broker_config(
+        self, settings: Mapping[str, str], *, brokers: Iterable[int] | None = None
+    ) -> None:
+        """Change broker settings at run time, as `mqadmin updateBrokerConfig` does: `UPDATE_BROKER_CONFIG`
+        with a properties body; the broker applies and persists them (`AdminBrokerProcessor`)."""
+        body = "".join(f"{k}={v}\n" for k, v in settings.items()).encode()
+        for address in self._targets(brokers):
+            self._call(address, UPDATE_BROKER_CONFIG, {}, body, f"update broker config {dict(settings)}")
 
     def _targets(self, brokers: Iterable[int] | None) -> list[str]:
         if brokers is None:
