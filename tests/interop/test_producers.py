@@ -46,7 +46,7 @@ def test_normal_fifo_delay_producers(server: Server, tmp_path: Path) -> None:
                     "producer",
                     {"endpoints": ep, "topics": [normal, fifo, delay], "messages": messages},
                     home=tmp_path / "producer",
-                    within=40,
+                    within=55,
                 ),
                 run_driver(
                     "simple_consumer",
