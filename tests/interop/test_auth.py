@@ -15,6 +15,8 @@ pytestmark = pytest.mark.interop
 
 @pytest.mark.timeout(60, func_only=True)
 def test_signed_requests_accepted_and_wrong_secret_rejected(official_python: Path, tmp_path: Path) -> None:
+    """Embedded only: the session's real cluster runs without authentication (the harness enables no
+    ACL), so there is nothing to sign against; this checks the embedded server's `credentials`."""
     bodies = ["a0", "a1", "a2"]
 
     async def scenario() -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.interop.conftest import Server
 from tests.interop.harness import once_each, run, run_driver
-from thrust.testing import embedded_server
 
 pytestmark = pytest.mark.interop
 
@@ -16,45 +16,44 @@ NORMAL, FIFO, DELAY = 1, 2, 3  # apache.rocketmq.v2.MessageType
 
 
 @pytest.mark.timeout(90, func_only=True)
-def test_normal_fifo_delay_producers(official_python: Path, tmp_path: Path) -> None:
-    messages: list[dict[str, object]] = []
-    for i in range(6):
-        messages.append(
-            {
-                "topic": "it-normal",
-                "body": f"normal-{i}",
-                "tag": "TagA" if i % 2 else "TagB",
-                "keys": [f"k{i}", "shared"],
-                "properties": {"seq": str(i)},
-            }
-        )
-    for i in range(5):
-        for group in ("g-a", "g-b", "g-c"):
-            messages.append({"topic": "it-fifo", "body": f"{group}-{i}", "group": group})
-    for i in range(3):
-        messages.append({"topic": "it-delay", "body": f"delay-{i}", "delay_s": 2})
-    # Recalled before it is due (RecallMessage): must never be delivered.
-    messages.append({"topic": "it-delay", "body": "recalled", "delay_s": 4, "recall": True})
-
+def test_normal_fifo_delay_producers(server: Server, tmp_path: Path) -> None:
     async def scenario() -> None:
-        async with embedded_server(
+        async with server.start(
             topics=["it-normal:1", "it-fifo:1:FIFO", "it-delay:1:DELAY"],
-            groups=["it-plain", "it-ordered:fifo"],
+            groups=["it-plain", "it-ordered:fifo", "it-tagged", "it-sql"],
         ) as srv:
-            ep = srv.endpoints[0]
+            ep, normal, fifo, delay = srv.endpoint, srv["it-normal"], srv["it-fifo"], srv["it-delay"]
+            messages: list[dict[str, object]] = []
+            for i in range(6):
+                messages.append(
+                    {
+                        "topic": normal,
+                        "body": f"normal-{i}",
+                        "tag": "TagA" if i % 2 else "TagB",
+                        "keys": [f"k{i}", "shared"],
+                        "properties": {"seq": str(i)},
+                    }
+                )
+            for i in range(5):
+                for group in ("g-a", "g-b", "g-c"):
+                    messages.append({"topic": fifo, "body": f"{group}-{i}", "group": group})
+            for i in range(3):
+                messages.append({"topic": delay, "body": f"delay-{i}", "delay_s": 2})
+            # Recalled before it is due (RecallMessage): must never be delivered.
+            messages.append({"topic": delay, "body": "recalled", "delay_s": 4, "recall": True})
             producer, plain, ordered, tagged, sql = await asyncio.gather(
                 run_driver(
                     "producer",
-                    {"endpoints": ep, "topics": ["it-normal", "it-fifo", "it-delay"], "messages": messages},
+                    {"endpoints": ep, "topics": [normal, fifo, delay], "messages": messages},
                     home=tmp_path / "producer",
-                    within=40,
+                    within=55,
                 ),
                 run_driver(
                     "simple_consumer",
                     {
                         "endpoints": ep,
-                        "group": "it-plain",
-                        "subscriptions": {"it-normal": "*", "it-delay": "*"},
+                        "group": srv["it-plain"],
+                        "subscriptions": {normal: "*", delay: "*"},
                         "expect": 9,
                         "deadline_s": 35,
                     },
@@ -63,7 +62,7 @@ def test_normal_fifo_delay_producers(official_python: Path, tmp_path: Path) -> N
                 ),
                 run_driver(
                     "simple_consumer",
-                    {"endpoints": ep, "group": "it-ordered", "subscriptions": {"it-fifo": "*"}, "expect": 15},
+                    {"endpoints": ep, "group": srv["it-ordered"], "subscriptions": {fifo: "*"}, "expect": 15},
                     home=tmp_path / "ordered",
                     within=55,
                 ),
@@ -72,8 +71,8 @@ def test_normal_fifo_delay_producers(official_python: Path, tmp_path: Path) -> N
                     "simple_consumer",
                     {
                         "endpoints": ep,
-                        "group": "it-tagged",
-                        "subscriptions": {"it-normal": "TagA"},
+                        "group": srv["it-tagged"],
+                        "subscriptions": {normal: "TagA"},
                         "expect": 3,
                     },
                     home=tmp_path / "tagged",
@@ -83,8 +82,8 @@ def test_normal_fifo_delay_producers(official_python: Path, tmp_path: Path) -> N
                     "simple_consumer",
                     {
                         "endpoints": ep,
-                        "group": "it-sql",
-                        "subscriptions": {"it-normal": "sql:seq = '0' OR seq = '4'"},
+                        "group": srv["it-sql"],
+                        "subscriptions": {normal: "sql:seq = '0' OR seq = '4'"},
                         "expect": 2,
                     },
                     home=tmp_path / "sql",
@@ -112,7 +111,7 @@ def test_normal_fifo_delay_producers(official_python: Path, tmp_path: Path) -> N
                 assert e["attempt"] == 1 and not e["corrupted"], e
                 src = messages[next(i for i, s in sent.items() if s["id"] == e["id"])]
                 assert e["body"] == src["body"] and e["topic"] == src["topic"]
-                if e["topic"] == "it-normal":
+                if e["topic"] == normal:
                     assert e["type"] == NORMAL
                     assert e["tag"] == src["tag"] and e["keys"] == sorted(src["keys"])  # type: ignore[arg-type]
                     assert e["properties"] == src["properties"]

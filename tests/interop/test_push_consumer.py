@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.interop.harness import run, run_driver
+from tests.interop.conftest import Running, Server
+from tests.interop.harness import DriverRun, run, run_driver
 from thrust.server.core.model import RetryPolicy
 from thrust.testing import GroupSpec, embedded_server
 
@@ -16,8 +17,42 @@ pytestmark = pytest.mark.interop
 MAX_ATTEMPTS = 3
 
 
+async def read_dead_letters(srv: Running, group: str, expect: int, home: Path) -> DriverRun:
+    """Receive `group`'s dead-letter topic `%DLQ%<group>` with an official SimpleConsumer (group
+    `it-dlq-reader`, which the scenario declares): upstream creates it readable (PERM_READ | PERM_WRITE,
+    `AbstractSendMessageProcessor`), one queue; the embedded server likewise.
+
+    Upstream moves a message to the DLQ only when a receive of its group pops it after its last attempt
+    (docs/interop-findings.md F2), so the group's consumer must still be running: it holds until
+    `home/done` exists, which this writes when the reader is finished.
+    """
+    try:
+        return await _read_dead_letters(srv, group, expect, home)
+    finally:
+        await asyncio.to_thread(home.mkdir, parents=True, exist_ok=True)
+        await asyncio.to_thread((home / "done").touch)
+
+
+async def _read_dead_letters(srv: Running, group: str, expect: int, home: Path) -> DriverRun:
+    reader = await run_driver(
+        "simple_consumer",
+        {
+            "endpoints": srv.endpoint,
+            "group": srv["it-dlq-reader"],
+            "subscriptions": {srv.dead_letter_topic(group): "*"},
+            "expect": expect,
+            "deadline_s": 30,
+            "retry_startup_s": 25,
+            "drain": False,
+        },
+        home=home,
+        within=40,
+    )
+    return reader.check()
+
+
 @pytest.mark.timeout(60, func_only=True)
-def test_push_consumer_retries_and_dead_letters(official_python: Path, tmp_path: Path) -> None:
+def test_push_consumer_retries_and_dead_letters(server: Server, tmp_path: Path) -> None:
     bodies = [f"p{i}" for i in range(12)]
     # Listener failures per body: fail the first K deliveries (-1: always, so it must be dead-lettered).
     fail = {"p1": 1, "p2": 2, "p3": -1, "p4": -1}
@@ -27,20 +62,22 @@ def test_push_consumer_retries_and_dead_letters(official_python: Path, tmp_path:
     group = GroupSpec("it-push-g", retry=RetryPolicy(max_attempts=MAX_ATTEMPTS, customized=(1.0, 1.0, 1.0)))
 
     async def scenario() -> None:
-        async with embedded_server(topics=["it-push:2"], groups=[group]) as srv:
-            ep = srv.endpoints[0]
-            consumer, producer = await asyncio.gather(
+        async with server.start(topics=["it-push:2"], groups=[group, "it-dlq-reader"]) as srv:
+            ep, topic = srv.endpoint, srv["it-push"]
+            dlq_home = tmp_path / "dlq"
+            consumer, producer, dlq = await asyncio.gather(
                 run_driver(
                     "push_consumer",
                     {
                         "endpoints": ep,
-                        "group": "it-push-g",
-                        "topic": "it-push",
+                        "group": srv["it-push-g"],
+                        "topic": topic,
                         "expect_ok": len(bodies) - len(always),
                         "fail": fail,
                         "max_attempts": MAX_ATTEMPTS,
-                        "deadline_s": 35,
-                        "settle_s": 3,
+                        "deadline_s": 40,
+                        "settle_s": 1,
+                        "hold_until": str(dlq_home / "done"),
                     },
                     home=tmp_path / "consumer",
                     within=50,
@@ -49,12 +86,14 @@ def test_push_consumer_retries_and_dead_letters(official_python: Path, tmp_path:
                     "producer",
                     {
                         "endpoints": ep,
-                        "topics": ["it-push"],
-                        "messages": [{"topic": "it-push", "body": b} for b in bodies],
+                        "topics": [topic],
+                        "messages": [{"topic": topic, "body": b} for b in bodies],
                     },
                     home=tmp_path / "producer",
                     within=30,
                 ),
+                # Dead-lettered on the server after max attempts (reference 7.5 step 6): %DLQ%<group>.
+                read_dead_letters(srv, "it-push-g", len(always), dlq_home),
             )
             producer.check()
             consumer.check()
@@ -77,21 +116,20 @@ def test_push_consumer_retries_and_dead_letters(official_python: Path, tmp_path:
                     assert attempts == list(range(1, k + 2)), (body, consumer.describe())
                     assert results == ["FAILURE"] * k + ["SUCCESS"]
 
-            # Dead-lettered on the server after max attempts (reference 7.5 step 6): %DLQ%<group>.
-            dlq = [m for b in srv.brokers for m in b.messages("%DLQ%it-push-g")]
-            assert sorted(m.dead_letter_of[1] for m in dlq if m.dead_letter_of) == sorted(
-                sent[b] for b in always
-            )
-            assert len(dlq) == len(always)
-            for b in srv.brokers:
-                assert b.inflight("it-push-g", "it-push") == 0
-                assert b.backlog("it-push", "it-push-g") == 0
+            # The always-failing messages, and only they, are in the DLQ, with their original ids.
+            received = dlq.of("received")
+            assert sorted(e["id"] for e in received) == sorted(sent[b] for b in always), dlq.describe()
+            assert sorted(e["body"] for e in received) == sorted(always)
+            if srv.embedded is not None:  # its broker state: nothing in flight or left to deliver
+                for b in srv.embedded.brokers:
+                    assert b.inflight(srv["it-push-g"], topic) == 0
+                    assert b.backlog(topic, srv["it-push-g"]) == 0
 
     run(scenario(), timeout=55)
 
 
 @pytest.mark.timeout(60, func_only=True)
-def test_fifo_push_consumer_local_retries_and_forward_to_dlq(official_python: Path, tmp_path: Path) -> None:
+def test_fifo_push_consumer_local_retries_and_forward_to_dlq(server: Server, tmp_path: Path) -> None:
     groups = {"A": [f"A-{i}" for i in range(5)], "B": [f"B-{i}" for i in range(5)]}
     # FIFO: the official client retries locally (no redelivery) and, when attempts run out, calls
     # ForwardMessageToDeadLetterQueue itself (reference 6.2 step 8, 7.7).
@@ -99,14 +137,14 @@ def test_fifo_push_consumer_local_retries_and_forward_to_dlq(official_python: Pa
     group = GroupSpec(
         "it-fifo-push-g", fifo=True, retry=RetryPolicy(max_attempts=MAX_ATTEMPTS, customized=(1.0, 1.0, 1.0))
     )
-    messages = [{"topic": "it-fifo-push", "body": b, "group": g} for g, bs in groups.items() for b in bs]
 
     async def scenario() -> None:
-        async with embedded_server(topics=["it-fifo-push:2:FIFO"], groups=[group]) as srv:
-            ep = srv.endpoints[0]
+        async with server.start(topics=["it-fifo-push:2:FIFO"], groups=[group, "it-dlq-reader"]) as srv:
+            ep, topic = srv.endpoint, srv["it-fifo-push"]
+            messages = [{"topic": topic, "body": b, "group": g} for g, bs in groups.items() for b in bs]
             producer = await run_driver(
                 "producer",
-                {"endpoints": ep, "topics": ["it-fifo-push"], "messages": messages},
+                {"endpoints": ep, "topics": [topic], "messages": messages},
                 home=tmp_path / "producer",
                 within=30,
             )
@@ -115,8 +153,8 @@ def test_fifo_push_consumer_local_retries_and_forward_to_dlq(official_python: Pa
                 "push_consumer",
                 {
                     "endpoints": ep,
-                    "group": "it-fifo-push-g",
-                    "topic": "it-fifo-push",
+                    "group": srv["it-fifo-push-g"],
+                    "topic": topic,
                     "expect_ok": len(messages) - 1,
                     "fail": fail,
                     "max_attempts": MAX_ATTEMPTS,
@@ -142,17 +180,26 @@ def test_fifo_push_consumer_local_retries_and_forward_to_dlq(official_python: Pa
                 assert [e["body"] for e in calls if e["group"] == g] == expected, consumer.describe()
             assert all(e["type"] == 2 for e in calls)  # FIFO
 
-            dlq = [m for b in srv.brokers for m in b.messages("%DLQ%it-fifo-push-g")]
-            assert [m.dead_letter_of for m in dlq] == [("it-fifo-push", sent["B-2"])]
-            for b in srv.brokers:
-                assert b.inflight("it-fifo-push-g", "it-fifo-push") == 0
-                assert b.backlog("it-fifo-push", "it-fifo-push-g") == 0
+            dlq = await read_dead_letters(srv, "it-fifo-push-g", 1, tmp_path / "dlq")
+            assert [e["id"] for e in dlq.of("received")] == [sent["B-2"]], dlq.describe()
+            if srv.embedded is not None:  # its broker state: nothing in flight or left to deliver
+                for b in srv.embedded.brokers:
+                    assert b.inflight(srv["it-fifo-push-g"], topic) == 0
+                    assert b.backlog(topic, srv["it-fifo-push-g"]) == 0
 
     run(scenario(), timeout=55)
 
 
 @pytest.mark.timeout(60, func_only=True)
 def test_messages_of_a_crashed_consumer_are_redelivered(official_python: Path, tmp_path: Path) -> None:
+    """Embedded only: the scenario needs the server's channel expiry shortened (`client_expiry`).
+
+    The real proxy releases a crashed consumer's auto-renewed messages only once the broker drops the
+    client's channel (`ConsumerManager.scanNotActiveChannel`, `channelExpiredTimeout` 120 s, scanned
+    every 10 s, then `DefaultReceiptHandleManager.clearGroup` makes them visible after 1 s), and reads
+    that timeout once at start, so the shared cluster cannot shorten it: the scenario would take over
+    two minutes there (docs/interop-findings.md).
+    """
     bodies = [f"c{i}" for i in range(6)]
     hang = ["c1", "c4"]
 

@@ -48,6 +48,10 @@ def _certificate_for_loopback() -> tuple[bytes, bytes]:
 
 @pytest.mark.timeout(60, func_only=True)
 def test_tls(official_python: Path, tmp_path: Path) -> None:
+    """Embedded only: it serves a per-test certificate (`tls_cert`) the client is told to trust. The
+    session's real proxy accepts TLS on its port only with a self-signed certificate it makes in memory
+    at start (`ProxyConfig.tlsTestModeEnable`, `ProxyAndTlsProtocolNegotiator`), which no client can be
+    given as a trust root."""
     cert, key = _certificate_for_loopback()
     roots = tmp_path / "roots.pem"
     roots.write_bytes(cert)
@@ -98,6 +102,8 @@ def test_tls(official_python: Path, tmp_path: Path) -> None:
 
 @pytest.mark.timeout(60, func_only=True)
 def test_against_thrust_serve_process(official_python: Path, tmp_path: Path) -> None:
+    """Embedded only by nature: this checks `thrust serve` as a separate process (the real proxy is
+    always one)."""
     bodies = [f"proc-{i}" for i in range(10)]
 
     async def scenario() -> None:

@@ -8,7 +8,8 @@ fresh topic per test cannot wait that long. These are the same two requests, sen
 - `UPDATE_AND_CREATE_TOPIC` (17) with `CreateTopicRequestHeader` in `extFields`;
 - `UPDATE_AND_CREATE_SUBSCRIPTIONGROUP` (200) with a `SubscriptionGroupConfig` JSON body
   (`RequestCode.java`; the broker's `AdminBrokerProcessor.updateAndCreateTopic` /
-  `updateAndCreateSubscriptionGroup`).
+  `updateAndCreateSubscriptionGroup`);
+- `UPDATE_BROKER_CONFIG` (25) with a properties body (`mqadmin updateBrokerConfig`).
 
 A reply's code 0 is SUCCESS; anything else raises `AdminError` with the broker's remark.
 """
@@ -19,12 +20,13 @@ import itertools
 import json
 import socket
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 __all__ = ["MESSAGE_TYPES", "AdminError", "RemotingAdmin"]
 
 UPDATE_AND_CREATE_TOPIC: Final = 17
+UPDATE_BROKER_CONFIG: Final = 25
 UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: Final = 200
 _RESPONSE_FLAG: Final = 1  # RemotingCommand RPC_TYPE bit: set on replies
 _SUCCESS: Final = 0
@@ -87,13 +89,19 @@ class RemotingAdmin:
         *,
         fifo: bool = False,
         max_attempts: int | None = None,
+        retry_delays: Sequence[float] | None = None,
         brokers: Iterable[int] | None = None,
     ) -> None:
         """Create (or update) consumer group `name`. `fifo` is upstream's `consumeMessageOrderly` (the
         proxy then tells clients `Settings.subscription.fifo`); `max_attempts` delivery attempts before
-        the dead-letter queue (the group's `retryMaxTimes` is `max_attempts - 1`; default 16 retries)."""
+        the dead-letter queue (the group's `retryMaxTimes` is `max_attempts - 1`; default 16 retries);
+        `retry_delays` the group's customized retry policy in seconds (upstream's default is 1 s, 5 s,
+        10 s, 30 s, 1 min, ...), which the proxy sends to consumers as
+        `Settings.backoff_policy.customized_backoff.next` (`GrpcClientSettingsManager`)."""
         if max_attempts is not None and max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
+        if retry_delays is not None and (not retry_delays or min(retry_delays) < 0):
+            raise ValueError(f"retry_delays must be non-empty and non-negative, got {retry_delays}")
         config: dict[str, Any] = {
             "groupName": name,
             "consumeEnable": True,
@@ -106,9 +114,24 @@ class RemotingAdmin:
             "whichBrokerWhenConsumeSlowly": 1,
             "notifyConsumerIdsChangedEnable": True,
         }
+        if retry_delays is not None:
+            # SubscriptionGroupConfig.groupRetryPolicy (GroupRetryPolicy / CustomizedRetryPolicy.next, ms).
+            config["groupRetryPolicy"] = {
+                "type": "CUSTOMIZED",
+                "customizedRetryPolicy": {"next": [round(d * 1000) for d in retry_delays]},
+            }
         body = json.dumps(config).encode()
         for address in self._targets(brokers):
             self._call(address, UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body, f"create group {name!r}")
+
+    def update_broker_config(
+        self, settings: Mapping[str, str], *, brokers: Iterable[int] | None = None
+    ) -> None:
+        """Change broker settings at run time, as `mqadmin updateBrokerConfig` does: `UPDATE_BROKER_CONFIG`
+        with a properties body; the broker applies and persists them (`AdminBrokerProcessor`)."""
+        body = "".join(f"{k}={v}\n" for k, v in settings.items()).encode()
+        for address in self._targets(brokers):
+            self._call(address, UPDATE_BROKER_CONFIG, {}, body, f"update broker config {dict(settings)}")
 
     def _targets(self, brokers: Iterable[int] | None) -> list[str]:
         if brokers is None:

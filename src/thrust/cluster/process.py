@@ -559,6 +559,9 @@ class RocketMQCluster:
             "autoCreateSubscriptionGroup": "true",
             "enablePropertyFilter": "true",  # SQL92 filters
             "timerWheelEnable": "true",  # delay messages with an arbitrary delivery time
+            # RecallMessage of a delay message (5.3.2+); upstream's default refuses it with NO_PERMISSION
+            # ("recall failed, operation is forbidden", RecallMessageProcessor).
+            "recallMessageEnable": "true",
             "transactionTimeOut": "3000",
             "transactionCheckInterval": "3000",
             "waitTimeMillsInSendQueue": "1000",

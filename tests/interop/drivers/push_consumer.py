@@ -10,7 +10,11 @@ Runs until N distinct messages were consumed successfully and every always-faili
 M times, then waits `settle_s` for anything unexpected. Emits `consumed` for every listener call (with
 the call number, delivery attempt and result), then `exit`. Messages in `hang` block the listener
 forever; with `crash` the driver waits until every one of them is being consumed and then exits without
-shutting the client down (a crashed consumer holding un-acked messages).
+shutting the client down (a crashed consumer holding un-acked messages). With `hold_until` (a path)
+the consumer keeps running after `done` until that file exists (bounded by `deadline_s`), so the test
+can look at the server's side while it still receives: upstream moves a message that has used up its
+attempts to the dead-letter queue only when a receive of the group pops it again (the proxy's
+`PopMessageResultFilterImpl`).
 """
 
 from __future__ import annotations
@@ -83,6 +87,10 @@ def main() -> None:
         while cfg.get("crash") and len(listener.hanging_seen()) < len(hang) and time.monotonic() < deadline:
             listener.cond.wait(0.2)
     emit("done", complete=complete(), ok=len(listener.ok))
+    if cfg.get("hold_until"):
+        while not os.path.exists(cfg["hold_until"]) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        emit("released", by_file=os.path.exists(cfg["hold_until"]))
     time.sleep(cfg.get("settle_s", 3))
     if cfg.get("crash"):
         # A crash: no shutdown, no NotifyClientTermination; the connections just drop.

@@ -7,7 +7,9 @@ argv[1] JSON: {"endpoints", "tls"?, "group", "subscriptions": {topic: tag expres
 Receives until N distinct messages are acked (or the deadline passes). On a message's first delivery
 an action may apply: `nack:S` changes its invisible duration to S seconds and does not ack (it must come
 back with delivery_attempt 2); `extend:S` changes it to S seconds and then acks with the new receipt handle
-(it must never come back). With `drain`, one more long-polling receive checks that nothing else arrives.
+(it must never come back). With `drain`, one more long-polling receive checks that nothing else arrives. With
+`retry_startup_s`, a startup that fails (the client's startup fails while a subscribed topic has no
+route, e.g. a dead-letter topic the server has not created yet) is retried every 0.5 s for that long.
 """
 
 from __future__ import annotations
@@ -28,14 +30,23 @@ def main() -> None:
         else FilterExpression(expr)
         for topic, expr in cfg["subscriptions"].items()
     }
-    consumer = SimpleConsumer(
-        client_configuration(cfg),
-        cfg["group"],
-        subscription=subscription,
-        await_duration=cfg.get("await_s", 5),
-        tls_enable=cfg.get("tls", False),
-    )
-    consumer.startup()
+    startup_deadline = time.monotonic() + cfg.get("retry_startup_s", 0)
+    while True:
+        consumer = SimpleConsumer(
+            client_configuration(cfg),
+            cfg["group"],
+            subscription=subscription,
+            await_duration=cfg.get("await_s", 5),
+            tls_enable=cfg.get("tls", False),
+        )
+        try:
+            consumer.startup()
+            break
+        except Exception as exc:
+            if time.monotonic() >= startup_deadline:
+                raise
+            emit("startup_error", error=repr(exc))
+            time.sleep(0.5)
     emit("started", client_id=consumer.client_id)
     actions: dict[str, str] = cfg.get("actions", {})
     invisible = cfg.get("invisible_s", 10)
