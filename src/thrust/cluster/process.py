@@ -566,7 +566,6 @@ class RocketMQCluster:
             "transactionCheckInterval": "3000",
             "waitTimeMillsInSendQueue": "1000",
             "maxMessageSize": str(4 * 1024 * 1024 + 64 * 1024),
-            "recallMessageEnable": "true",  # RecallMessage (off by default upstream)
             # The test machines' disks are large but shared; the broker's 90 % "disk full" guard applies.
             "diskMaxUsedSpaceRatio": "95",
         }
