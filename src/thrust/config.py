@@ -97,7 +97,12 @@ class ClientConfig:
         request_timeout: the deadline of each unary call in seconds (sub-second values allowed).
         keepalive_interval, keepalive_timeout: HTTP/2 keepalive of every channel (seconds): a ping after
             `keepalive_interval` without incoming data, and the connection is closed when its ack takes longer
-            than `keepalive_timeout`. The defaults (10 s, 10 s) find a dead connection within ~20 s.
+            than `keepalive_timeout`. The defaults (300 s, 30 s) are the Java client's, and the fastest the
+            RocketMQ proxy allows: it is a grpc-java server with the default `permitKeepAliveTime` of 5 min,
+            which answers a third ping between two of its own writes with GOAWAY `too_many_pings`, cutting
+            every call on the connection (a 10 s keepalive got it within a minute of quiet). A dead
+            connection is found by the calls instead: two consecutive transport failures on a channel
+            (heartbeats every 10 s included) replace it (`ClientSession`), within ~25 s.
     """
 
     endpoints: str
@@ -105,8 +110,8 @@ class ClientConfig:
     credentials: Credentials | None = None
     tls: TlsConfig | None = None
     request_timeout: float = 3.0
-    keepalive_interval: float = 10.0
-    keepalive_timeout: float = 10.0
+    keepalive_interval: float = 300.0
+    keepalive_timeout: float = 30.0
 
     def __init__(
         self,
@@ -116,8 +121,8 @@ class ClientConfig:
         credentials: Credentials | None = None,
         tls: TlsConfig | bool | None = None,
         request_timeout: float = 3.0,
-        keepalive_interval: float = 10.0,
-        keepalive_timeout: float = 10.0,
+        keepalive_interval: float = 300.0,
+        keepalive_timeout: float = 30.0,
     ) -> None:
         s = object.__setattr__
         s(self, "endpoints", _as_endpoints(endpoints))

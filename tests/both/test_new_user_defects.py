@@ -92,3 +92,32 @@ def test_a_backlog_on_two_brokers_drains_without_empty_receives(engine2: Engine)
         assert empties == 0, (receives, empties)
 
     run(scenario)
+
+
+def test_keepalive_pings_faster_than_the_proxy_permits_get_goaway_and_the_default_does_not(
+    engine: Engine,
+) -> None:
+    """The proxy is a grpc-java server with the default permitKeepAliveTime (5 min, 2 strikes): a client
+    pinging every second gets GOAWAY too_many_pings, which ends its Telemetry stream (reopened by the
+    client). thrust's default keepalive (300 s, as Java) never does; a 10 s keepalive did within a minute
+    of quiet on the real proxy, cutting the calls in flight."""
+    topic = engine.topic()
+
+    async def idle_producer(config: thrust.ClientConfig) -> int:
+        async with thrust.Producer(config, topics=[topic]) as producer:
+            await producer.send(thrust.Message(topic=topic, body=b"x"))
+            stream = producer.session.telemetry(producer.session.open_sessions()[0])
+            assert stream is not None
+            await asyncio.sleep(12)
+            await producer.send(thrust.Message(topic=topic, body=b"still fine"))
+            return stream.opened
+
+    async def scenario() -> None:
+        eager = thrust.ClientConfig(engine.endpoint, keepalive_interval=1.0, keepalive_timeout=5.0)
+        default = thrust.ClientConfig(engine.endpoint)
+        assert default.keepalive_interval >= 300  # grpc-java's permitKeepAliveTime default
+        eager_opened, default_opened = await asyncio.gather(idle_producer(eager), idle_producer(default))
+        assert eager_opened >= 2, "a client pinging every second was never sent GOAWAY"
+        assert default_opened == 1
+
+    run(scenario)

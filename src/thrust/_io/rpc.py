@@ -128,15 +128,16 @@ def translate_grpc_error(exc: grpc.RpcError, request_id: str | None, what: str) 
 def channel_options(
     endpoint: Endpoint,
     server_name: str | None,
-    keepalive_interval: float = 10.0,
-    keepalive_timeout: float = 10.0,
+    keepalive_interval: float = 300.0,
+    keepalive_timeout: float = 30.0,
 ) -> list[tuple[str, Any]]:
     """gRPC channel arguments.
 
-    Keepalive (by default every 10 s with a 10 s timeout: `ClientConfig.keepalive_*`) finds a dead
-    connection within ~20 s, and the capped reconnect backoff (1 s .. 5 s) brings a replacement up quickly,
-    so a dead connection is replaced within 30 s (Java uses 300 s keepalive: reference §2). The session
-    also replaces a channel after two consecutive transport failures (`ClientSession`, reference §4.3).
+    Keepalive (by default every 300 s with a 30 s timeout, as Java: `ClientConfig.keepalive_*`) is as
+    often as the proxy's grpc-java default `permitKeepAliveTime` allows; faster pings get GOAWAY
+    `too_many_pings`. A dead connection is found by the session instead, which replaces a channel after
+    two consecutive transport failures (heartbeats every 10 s included; `ClientSession`, reference §4.3),
+    and the capped reconnect backoff (1 s .. 5 s) brings the replacement up quickly.
     Retries are off (we retry by the server's policy), sizes are unlimited like every upstream client, and
     a local subchannel pool keeps clients isolated (so a replaced channel gets a new connection).
     """

@@ -182,9 +182,9 @@ def register(subparsers: Any) -> None:
     limits.add_argument(
         "--min-ping-interval",
         type=float,
-        default=10.0,
+        default=300.0,
         metavar="SECONDS",
-        help="clients pinging more often get GOAWAY too_many_pings (default 10; 0: any rate)",
+        help="clients pinging more often get GOAWAY too_many_pings (default 300, as the proxy; 0: any rate)",
     )
     limits.add_argument(
         "--keepalive-time",

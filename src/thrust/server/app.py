@@ -171,8 +171,8 @@ class ServerConfig:
             SETTINGS_MAX_CONCURRENT_STREAMS (S8). A client over it is not failed: its extra calls wait on
             the client side until one of its open calls ends. Default 1024 (see the field).
         min_ping_interval: the shortest interval between client pings the server tolerates; a client
-            pinging faster gets GOAWAY `too_many_pings` after 2 strikes (S8). 10 s = thrust's keepalive
-            (Java pings every 300 s). 0: any rate.
+            pinging faster gets GOAWAY `too_many_pings` after 2 strikes (S8). 300 s = the proxy's
+            (grpc-java's default `permitKeepAliveTime`; thrust and Java ping every 300 s). 0: any rate.
         keepalive_time / keepalive_timeout: the server pings a connection it has not heard from for
             `keepalive_time` and closes it when the ack takes longer than `keepalive_timeout` (S12: a
             half-open peer's fd is freed). 0: no server pings (gRPC's default, 2 h).
@@ -213,7 +213,7 @@ class ServerConfig:
     # Java proxy (grpc-netty) leaves it unlimited by default; a bound protects the single-node server
     # from one connection opening streams without end.
     max_concurrent_streams: int = 1024
-    min_ping_interval: float = 10.0
+    min_ping_interval: float = 300.0
     keepalive_time: float = 60.0
     keepalive_timeout: float = 20.0
     idle_timeout: float = 120.0
