@@ -305,7 +305,7 @@ class RocketMQCluster:
         version: str = ROCKETMQ_VERSION,
         proxy_config: Mapping[str, Any] | None = None,
         broker_config: Mapping[str, str] | None = None,
-        startup_timeout: float = 240.0,
+        startup_timeout: float = 420.0,
         keep: bool = False,
         stop_grace: float = 3.0,
     ) -> None:
