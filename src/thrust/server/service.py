@@ -326,7 +326,8 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
             check_group(request.group.name)
             group = self._catalog.group(request.group.name)
             response = s.QueryAssignmentResponse(status=_STATUS_OK)
-            types = [int(t) for t in sorted(info.types)]
+            # Assignments carry no accept_message_types: the proxy builds their queues from topic, id,
+            # permission and broker only (RouteActivity.queryAssignment); the route has the types.
             override = self._faults.assignment(info.name, group.name)
             if override is not None:  # staged by a test (Faults.set_assignment), every port alike
                 by_name = {pb.name: pb for pb in self._server.route_brokers(request.endpoints)}
@@ -339,7 +340,6 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
                         mq.id = qid
                         mq.permission = d.Permission.READ_WRITE
                         mq.broker.CopyFrom(broker_pb)
-                        mq.accept_message_types.extend(cast(Any, types))
                 return response
             # Non-FIFO groups: one "acting queue" id -1 per broker, load balanced by pop; FIFO groups:
             # one assignment per queue. The same list for every client (reference 7.4).
@@ -351,7 +351,6 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
                     mq.id = qid
                     mq.permission = d.Permission.READ_WRITE
                     mq.broker.CopyFrom(broker_pb)
-                    mq.accept_message_types.extend(cast(Any, types))
             return response
 
         return await self._unary(
