@@ -53,7 +53,7 @@ from thrust.server.convert import (
 from thrust.server.core.broker import MAX_BATCH_SIZE, Broker, broker_of_handle
 from thrust.server.core.catalog import Catalog, dead_letter_topic
 from thrust.server.core.filter import FilterKind, MessageFilter, compile_filter
-from thrust.server.core.model import BrokerError, Delivery, InboundMessage, TopicInfo, TransactionCheck
+from thrust.server.core.model import BrokerError, Delivery, TopicInfo, TransactionCheck
 from thrust.server.faults import Action, Faults, Rpc, Stats
 from thrust.server.settings import DEFAULT_REQUEST_TIMEOUT, ClientSettings, merge_settings
 
@@ -423,42 +423,27 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
             self._topic(topic)
             now = time.time()
             client_id = caller.client_id
+            # The proxy builds every message before it sends any (SendMessageActivity.buildMessage): the
+            # first invalid one fails the whole request with its code as the top status and no entries.
+            valid = [inbound_message(message, client_id, now) for message in messages]
+            # A refusal by the broker (type conflict, not hosted, delivery time, held-message limit) fails
+            # the whole request too: the proxy makes entries only from the broker's SendResults.
+            results = self._broker.send(valid, now)
             response = s.SendMessageResponse()
             entries = response.entries
-            valid: list[InboundMessage] = []
-            slots: list[s.SendResultEntry] = []
-            codes: list[int] = []
-            for message in messages:
+            for message, result in zip(messages, results, strict=True):
                 entry = entries.add()
+                entry.status.CopyFrom(_STATUS_OK)
                 entry.message_id = message.system_properties.message_id
-                try:
-                    valid.append(inbound_message(message, client_id, now))
-                except Invalid as exc:
-                    entry.status.code = cast(Any, exc.code)
-                    entry.status.message = exc.message
-                    codes.append(exc.code)
-                    continue
-                slots.append(entry)
-            if valid:
-                try:
-                    results = self._broker.send(valid, now)
-                except BrokerError as exc:
-                    for entry in slots:
-                        entry.status.code = cast(Any, exc.code)
-                        entry.status.message = exc.message
-                        codes.append(exc.code)
-                else:
-                    for entry, result in zip(slots, results, strict=True):
-                        entry.status.CopyFrom(_STATUS_OK)
-                        entry.offset = result.offset
-                        if result.transaction_id:
-                            entry.transaction_id = result.transaction_id
-                        if result.recall_handle:
-                            entry.recall_handle = result.recall_handle
-                        codes.append(_OK)
-                    self._server.stats.entries[Rpc.SEND_MESSAGE.value] += len(results)
-                    self._server.changed(self._index, topic)
-            response.status.CopyFrom(_combined(codes))
+                # The broker's SendResult carries the message's unique key as its transaction id for every
+                # message, not only for transactional ones (SendMessageActivity.convertToSendMessageResponse).
+                entry.transaction_id = result.transaction_id or entry.message_id
+                entry.offset = result.offset
+                if result.recall_handle:
+                    entry.recall_handle = result.recall_handle
+            self._server.stats.entries[Rpc.SEND_MESSAGE.value] += len(results)
+            self._server.changed(self._index, topic)
+            response.status.CopyFrom(_STATUS_OK)
             return response
 
         return await self._unary(Rpc.SEND_MESSAGE, context, work, lambda st: s.SendMessageResponse(status=st))
