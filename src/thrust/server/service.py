@@ -532,7 +532,15 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
             status = await self._pre_action(action, context)
         if status is None:
             try:
-                deliveries = await self._receive(request, context)
+                caller = self._auth.check(context.invocation_metadata() or ())
+            except Invalid as exc:
+                # Refused by the proxy's request pipeline (authentication, CLIENT_ID_REQUIRED) before the
+                # activity runs: the status alone, without the closing delivery_timestamp
+                # (GrpcMessagingApplication.addExecutor / writeResponse).
+                yield s.ReceiveMessageResponse(status=_error_status(exc))
+                return
+            try:
+                deliveries = await self._receive(request, context, caller)
             except (Invalid, BrokerError) as exc:
                 status = _error_status(exc)
             except asyncio.CancelledError:
@@ -561,8 +569,8 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
         self,
         request: s.ReceiveMessageRequest,
         context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+        caller: Caller,
     ) -> list[Delivery]:
-        caller = self._auth.check(context.invocation_metadata() or ())
         client = self._server.seen(caller.client_id)
         settings = self._server.client_settings(caller.client_id)
         request_timeout = settings.request_timeout if settings is not None else DEFAULT_REQUEST_TIMEOUT
