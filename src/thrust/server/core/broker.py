@@ -895,9 +895,12 @@ class Broker:
             # The group's FIFO flag is sampled here, when it first consumes the topic.
             sub = self._subs[key] = _Sub(ginfo.name, ts.name, ginfo.fifo)
         if len(sub.queues) < len(ts.logs):
-            # Deviation: upstream pops with initMode=MAX, so a new group starts at the queue end and
-            # misses earlier messages. A test server starts at the beginning, because tests usually
-            # send before the consumer's first receive.
+            # A new group starts at the oldest retained message. Upstream pops with initMode=MAX, but
+            # PopMessageProcessor.getInitOffset starts at offset 0 while the queue's minimum offset is 0
+            # and that message is still in memory (initPopOffsetByCheckMsgInMem, default true), so on a
+            # young topic a new group reads the earlier messages there too (tests/conformance
+            # test_differential "new-group-reads-earlier-messages"). Only once the queue was trimmed
+            # does upstream start at its last message instead; here the group still reads what is left.
             sub.queues.extend(_SubQueue(log.base) for log in ts.logs[len(sub.queues) :])
         return sub
 
