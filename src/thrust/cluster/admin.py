@@ -6,9 +6,10 @@ fresh topic per test cannot wait that long. These are the same two requests, sen
 - frame: `int32 length` (what follows), `int32 (serialize type << 24) | header length`, the JSON header,
   the body (apache/rocketmq `remoting/.../protocol/RemotingCommand.java`, `encodeHeader` / `decode`);
 - `UPDATE_AND_CREATE_TOPIC` (17) with `CreateTopicRequestHeader` in `extFields`;
-- `UPDATE_AND_CREATE_SUBSCRIPTIONGROUP` (200) with a `SubscriptionGroupConfig` JSON body
+- `UPDATE_AND_CREATE_SUBSCRIPTIONGROUP` (200) with a `SubscriptionGroupConfig` JSON body;
+- `UPDATE_BROKER_CONFIG` (25) with `key=value` lines, as `mqadmin updateBrokerConfig`
   (`RequestCode.java`; the broker's `AdminBrokerProcessor.updateAndCreateTopic` /
-  `updateAndCreateSubscriptionGroup`).
+  `updateAndCreateSubscriptionGroup` / `updateBrokerConfig`).
 
 A reply's code 0 is SUCCESS; anything else raises `AdminError` with the broker's remark.
 """
@@ -24,6 +25,7 @@ from typing import Any, Final
 
 __all__ = ["MESSAGE_TYPES", "AdminError", "RemotingAdmin"]
 
+UPDATE_BROKER_CONFIG: Final = 25
 UPDATE_AND_CREATE_TOPIC: Final = 17
 UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: Final = 200
 _RESPONSE_FLAG: Final = 1  # RemotingCommand RPC_TYPE bit: set on replies
@@ -109,6 +111,15 @@ class RemotingAdmin:
         body = json.dumps(config).encode()
         for address in self._targets(brokers):
             self._call(address, UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body, f"create group {name!r}")
+
+    def update_broker_config(
+        self, properties: Mapping[str, str], *, brokers: Iterable[int] | None = None
+    ) -> None:
+        """Change broker settings at run time on each broker (or those in `brokers`), as `mqadmin
+        updateBrokerConfig` does; the broker also writes them to its config file."""
+        body = "".join(f"{k}={v}\n" for k, v in properties.items()).encode()
+        for address in self._targets(brokers):
+            self._call(address, UPDATE_BROKER_CONFIG, {}, body, f"update broker config {dict(properties)}")
 
     def _targets(self, brokers: Iterable[int] | None) -> list[str]:
         if brokers is None:
