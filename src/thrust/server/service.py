@@ -458,12 +458,13 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
             self._topic(topic)
             if not request.transaction_id.strip():
                 raise Invalid(Code.INVALID_TRANSACTION_ID, "transaction id cannot be empty")
+            commit: bool | None = None
             if request.resolution == d.TransactionResolution.COMMIT:
                 commit = True
             elif request.resolution == d.TransactionResolution.ROLLBACK:
                 commit = False
-            else:
-                raise Invalid(Code.BAD_REQUEST, "transaction resolution must be COMMIT or ROLLBACK")
+            # Any other resolution is upstream's TransactionStatus.UNKNOWN (EndTransactionActivity): OK,
+            # nothing resolved, the message stays prepared and is checked later.
             now = time.time()
             # The producer sends EndTransaction to the broker it sent to; try the others if not.
             brokers = [self._broker, *(b for b in self._server.brokers if b is not self._broker)]

@@ -524,11 +524,14 @@ class Broker:
         return held.msg.message_id
 
     def end_transaction(
-        self, *, topic: str, message_id: str, transaction_id: str, commit: bool, now: float
+        self, *, topic: str, message_id: str, transaction_id: str, commit: bool | None, now: float
     ) -> None:
         """Commit (the message becomes deliverable) or roll back (discarded) a prepared message.
 
         Repeating the outcome a transaction already got is accepted (a retried EndTransaction).
+        `commit=None` (the resolution left unspecified) resolves nothing: the message stays prepared and
+        its checks go on, as upstream, which passes TransactionStatus.UNKNOWN to the broker
+        (EndTransactionActivity) and answers OK.
 
         Raises:
             BrokerError(INVALID_TRANSACTION_ID): unknown id, an id of another topic or message, or a
@@ -538,7 +541,7 @@ class Broker:
         txn = self._txns.get(transaction_id)
         if txn is None:
             done = self._resolved.get(transaction_id)
-            if done is not None and done == (topic, message_id, commit):
+            if done is not None and (done == (topic, message_id, commit) or commit is None):
                 return
             reason = "unknown transaction id" if done is None else "transaction already resolved otherwise"
             raise BrokerError(Code.INVALID_TRANSACTION_ID, f"{reason}: {transaction_id!r}")
@@ -547,7 +550,8 @@ class Broker:
                 Code.INVALID_TRANSACTION_ID,
                 f"transaction {transaction_id!r} is not for message {message_id!r} of topic {topic!r}",
             )
-        self._resolve_transaction(txn, commit, now)
+        if commit is not None:
+            self._resolve_transaction(txn, commit, now)
 
     # ------------------------------------------------------------------ consuming
 
