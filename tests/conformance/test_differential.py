@@ -606,6 +606,60 @@ async def _auto_renew_receive(ctx: Ctx) -> Any:
     }
 
 
+async def _telemetry_without_client_id(ctx: Ctx) -> Any:
+    topic = await ctx.topic()
+    w = ctx.wire(None)
+    call = w.open_telemetry()
+    got: list[Any] = []
+    try:
+        await call.write(s.TelemetryCommand(settings=_settings(d.ClientType.PRODUCER, topics=(topic,))))
+        while len(got) < 3:
+            reply = await asyncio.wait_for(call.read(), 10)
+            if reply is grpc.aio.EOF:
+                got.append("EOF")
+                break
+            got.append(ctx.n(reply))
+    except grpc.aio.AioRpcError as exc:
+        got.append({"grpc": exc.code().name})
+    return got
+
+
+async def _route_without_endpoints(ctx: Ctx) -> Any:
+    topic = await ctx.topic()
+    w = ctx.wire()
+    response = await w.stub.QueryRoute(
+        s.QueryRouteRequest(topic=d.Resource(name=topic)), metadata=w.md, timeout=5
+    )
+    return {"status": _code(response), "queues": len(response.message_queues)}
+
+
+async def _end_transaction_unspecified_resolution(ctx: Ctx) -> Any:
+    topic = await ctx.topic("TRANSACTION")
+    producer = await _producer(ctx, topic)
+    sent = await producer.send(message(topic, message_type=d.MessageType.TRANSACTION))
+    entry = sent.entries[0]
+    end = await producer.stub.EndTransaction(
+        s.EndTransactionRequest(
+            topic=d.Resource(name=topic), message_id=entry.message_id, transaction_id=entry.transaction_id
+        ),
+        metadata=producer.md,
+        timeout=5,
+    )
+    return _code(end)
+
+
+async def _heartbeat_illegal_group(ctx: Ctx) -> Any:
+    topic = await ctx.topic()
+    group = await ctx.group()
+    consumer = await _consumer(ctx, group, topic)
+    hb = await consumer.stub.Heartbeat(
+        s.HeartbeatRequest(client_type=d.ClientType.SIMPLE_CONSUMER, group=d.Resource(name="bad group!")),
+        metadata=consumer.md,
+        timeout=5,
+    )
+    return _code(hb)
+
+
 async def _route_endpoints(ctx: Ctx) -> Any:
     topic = await ctx.topic()
     w = ctx.wire()
@@ -783,6 +837,25 @@ ROWS: list[Row] = [
     Row("B9-invisible-12h+1s", _bad_receive(invisible=12 * 3600 + 1)),
     Row("B9-no-invisible-duration", _bad_receive(invisible=None)),
     Row("B9-batch-size-33", _bad_receive(invisible=20, batch=33)),
+    Row("B9-batch-size-0", _bad_receive(invisible=20, batch=0)),
+    # D13: after the refusal the proxy completes the Telemetry stream with gRPC OK; thrust ends it with
+    # INVALID_ARGUMENT, which thrust's client needs to fail typed (see docs/interop-findings.md).
+    Row(
+        "B12-telemetry-without-client-id",
+        _telemetry_without_client_id,
+        deviation={"[1]": ({"grpc": "INVALID_ARGUMENT"}, "EOF")},
+    ),
+    Row(
+        "B10-delivery-time-in-the-past",
+        _bad_send(
+            lambda t: message(t, delivery_timestamp=time.time() - 3600, message_type=d.MessageType.DELAY),
+            "DELAY",
+        ),
+    ),
+    Row("B3-blank-key", _bad_send(lambda t: message(t, keys=["  "]))),
+    Row("route-without-endpoints", _route_without_endpoints),
+    Row("end-transaction-unspecified-resolution", _end_transaction_unspecified_resolution),
+    Row("heartbeat-illegal-group", _heartbeat_illegal_group),
     # D6: upstream parses SQL92 in the broker, whose failure the proxy reports as 50001.
     Row(
         "receive-illegal-sql-filter",
