@@ -34,7 +34,8 @@ def test_override_moves_the_assignment_and_clear_restores_it() -> None:
                 mq = answer.assignments[0].message_queue
                 assert mq.topic.name == "t"
                 assert mq.broker.endpoints.addresses[0].port == srv.ports[0]
-                assert list(mq.accept_message_types) == [1]  # NORMAL, as the route says
+                # No accept types on an assignment: the route has them (RouteActivity.queryAssignment).
+                assert list(mq.accept_message_types) == []
                 srv.faults.set_assignment("t", "o", [(1, -1), (0, 0), (7, 0)])  # broker 7 does not exist
                 assert _queues(await w0.assignment("t", "o")) == [("broker-1", -1), ("broker-0", 0)]
                 srv.faults.set_assignment("t", "o", [])

@@ -53,8 +53,10 @@ def _send_code(msg: d.Message, **server: object) -> tuple[int, list[int]]:
     ],
 )
 def test_send_entry_validation(build: object, code: Code) -> None:
+    # The proxy validates every message before sending any: the request fails as a whole, with the
+    # code on top and no entries (SendMessageActivity.buildMessage; tests/conformance/test_differential).
     top, entries = _send_code(build())  # type: ignore[operator]
-    assert entries == [code]
+    assert entries == []
     assert top == code
 
 
@@ -93,13 +95,20 @@ def test_message_corrupted_for_no_messages_and_mixed_topics() -> None:
     run(scenario())
 
 
-def test_mixed_valid_and_invalid_messages_give_multiple_results() -> None:
+def test_one_invalid_message_fails_the_whole_request() -> None:
+    """As the proxy: one bad message of a batch refuses the whole request (its code on top, no entries)
+    and stores nothing (SendMessageActivity.buildMessage throws before the batch is sent)."""
+
     async def scenario() -> None:
         async with embedded_server(topics=["t"]) as srv, Wire(srv.endpoints[0]) as w:
             response = await w.send(message("t"), message("t", b""))
-            assert response.status.code == Code.MULTIPLE_RESULTS
-            assert [e.status.code for e in response.entries] == [Code.OK, Code.MESSAGE_BODY_EMPTY]
-            assert response.entries[0].offset == 0
+            assert response.status.code == Code.MESSAGE_BODY_EMPTY
+            assert list(response.entries) == []
+            assert srv.stats.entries["SendMessage"] == 0
+            ok = await w.send(message("t"), message("t"))
+            assert [e.status.code for e in ok.entries] == [Code.OK, Code.OK]
+            # Every entry names a transaction id, the message id when not transactional (as the proxy).
+            assert [e.transaction_id for e in ok.entries] == [e.message_id for e in ok.entries]
 
     run(scenario())
 
@@ -110,8 +119,10 @@ def test_missing_client_id_on_unary_stream_and_telemetry() -> None:
             assert (await w.route("t")).status.code == Code.CLIENT_ID_REQUIRED
             assert (await w.send(message("t"))).status.code == Code.CLIENT_ID_REQUIRED
             stream = await w.receive("g", "t")
+            # Refused before the receive starts: the status alone, no delivery_timestamp (the proxy's
+            # request pipeline, GrpcMessagingApplication.validateContext).
+            assert [r.WhichOneof("content") for r in stream] == ["status"]
             assert status_of(stream).code == Code.CLIENT_ID_REQUIRED
-            assert stream[-1].WhichOneof("content") == "delivery_timestamp"
             call = w.open_telemetry()
             # The server refuses at call start, before reading (a write may race with that refusal).
             first = await call.read()

@@ -53,7 +53,7 @@ from thrust.server.convert import (
 from thrust.server.core.broker import MAX_BATCH_SIZE, Broker, broker_of_handle
 from thrust.server.core.catalog import Catalog, dead_letter_topic
 from thrust.server.core.filter import FilterKind, MessageFilter, compile_filter
-from thrust.server.core.model import BrokerError, Delivery, InboundMessage, TopicInfo, TransactionCheck
+from thrust.server.core.model import BrokerError, Delivery, TopicInfo, TransactionCheck
 from thrust.server.faults import Action, Faults, Rpc, Stats
 from thrust.server.settings import DEFAULT_REQUEST_TIMEOUT, ClientSettings, merge_settings
 
@@ -326,7 +326,8 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
             check_group(request.group.name)
             group = self._catalog.group(request.group.name)
             response = s.QueryAssignmentResponse(status=_STATUS_OK)
-            types = [int(t) for t in sorted(info.types)]
+            # Assignments carry no accept_message_types: the proxy builds their queues from topic, id,
+            # permission and broker only (RouteActivity.queryAssignment); the route has the types.
             override = self._faults.assignment(info.name, group.name)
             if override is not None:  # staged by a test (Faults.set_assignment), every port alike
                 by_name = {pb.name: pb for pb in self._server.route_brokers(request.endpoints)}
@@ -339,7 +340,6 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
                         mq.id = qid
                         mq.permission = d.Permission.READ_WRITE
                         mq.broker.CopyFrom(broker_pb)
-                        mq.accept_message_types.extend(cast(Any, types))
                 return response
             # Non-FIFO groups: one "acting queue" id -1 per broker, load balanced by pop; FIFO groups:
             # one assignment per queue. The same list for every client (reference 7.4).
@@ -351,7 +351,6 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
                     mq.id = qid
                     mq.permission = d.Permission.READ_WRITE
                     mq.broker.CopyFrom(broker_pb)
-                    mq.accept_message_types.extend(cast(Any, types))
             return response
 
         return await self._unary(
@@ -424,42 +423,33 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
             self._topic(topic)
             now = time.time()
             client_id = caller.client_id
+            # The proxy builds every message before it sends any (SendMessageActivity.buildMessage): the
+            # first invalid one fails the whole request with its code as the top status and no entries.
+            valid = [inbound_message(message, client_id, now) for message in messages]
+            # A refusal by the broker (type conflict, not hosted, delivery time, held-message limit) fails
+            # the whole request too: the proxy makes entries only from the broker's SendResults.
+            results = self._broker.send(valid, now)
             response = s.SendMessageResponse()
-            entries = response.entries
-            valid: list[InboundMessage] = []
-            slots: list[s.SendResultEntry] = []
-            codes: list[int] = []
-            for message in messages:
-                entry = entries.add()
-                entry.message_id = message.system_properties.message_id
-                try:
-                    valid.append(inbound_message(message, client_id, now))
-                except Invalid as exc:
-                    entry.status.code = cast(Any, exc.code)
-                    entry.status.message = exc.message
-                    codes.append(exc.code)
-                    continue
-                slots.append(entry)
-            if valid:
-                try:
-                    results = self._broker.send(valid, now)
-                except BrokerError as exc:
-                    for entry in slots:
-                        entry.status.code = cast(Any, exc.code)
-                        entry.status.message = exc.message
-                        codes.append(exc.code)
-                else:
-                    for entry, result in zip(slots, results, strict=True):
-                        entry.status.CopyFrom(_STATUS_OK)
-                        entry.offset = result.offset
-                        if result.transaction_id:
-                            entry.transaction_id = result.transaction_id
-                        if result.recall_handle:
-                            entry.recall_handle = result.recall_handle
-                        codes.append(_OK)
-                    self._server.stats.entries[Rpc.SEND_MESSAGE.value] += len(results)
-                    self._server.changed(self._index, topic)
-            response.status.CopyFrom(_combined(codes))
+            entry = response.entries.add()
+            entry.status.CopyFrom(_STATUS_OK)
+            first = results[0]
+            if len(results) > 1:
+                # The proxy sends a batch as one MessageBatch and answers one entry for the broker's one
+                # SendResult (SendMessageActivity.convertToSendMessageResponse): the first message's queue
+                # offset, the first message's key as transaction id, and the broker's offset message id
+                # (store host, port, commit-log offset: never the client's).
+                entry.message_id = f"7F000001{self._index:08X}{first.offset:016X}"
+            else:
+                entry.message_id = messages[0].system_properties.message_id
+                if first.recall_handle:
+                    entry.recall_handle = first.recall_handle
+            # The broker's SendResult carries the (first) message's unique key as its transaction id for
+            # every message, not only for transactional ones (SendMessageActivity).
+            entry.transaction_id = first.transaction_id or messages[0].system_properties.message_id
+            entry.offset = first.offset
+            self._server.stats.entries[Rpc.SEND_MESSAGE.value] += len(valid)
+            self._server.changed(self._index, topic)
+            response.status.CopyFrom(_STATUS_OK)
             return response
 
         return await self._unary(Rpc.SEND_MESSAGE, context, work, lambda st: s.SendMessageResponse(status=st))
@@ -474,12 +464,13 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
             self._topic(topic)
             if not request.transaction_id.strip():
                 raise Invalid(Code.INVALID_TRANSACTION_ID, "transaction id cannot be empty")
+            commit: bool | None = None
             if request.resolution == d.TransactionResolution.COMMIT:
                 commit = True
             elif request.resolution == d.TransactionResolution.ROLLBACK:
                 commit = False
-            else:
-                raise Invalid(Code.BAD_REQUEST, "transaction resolution must be COMMIT or ROLLBACK")
+            # Any other resolution is upstream's TransactionStatus.UNKNOWN (EndTransactionActivity): OK,
+            # nothing resolved, the message stays prepared and is checked later.
             now = time.time()
             # The producer sends EndTransaction to the broker it sent to; try the others if not.
             brokers = [self._broker, *(b for b in self._server.brokers if b is not self._broker)]
@@ -548,7 +539,15 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
             status = await self._pre_action(action, context)
         if status is None:
             try:
-                deliveries = await self._receive(request, context)
+                caller = self._auth.check(context.invocation_metadata() or ())
+            except Invalid as exc:
+                # Refused by the proxy's request pipeline (authentication, CLIENT_ID_REQUIRED) before the
+                # activity runs: the status alone, without the closing delivery_timestamp
+                # (GrpcMessagingApplication.addExecutor / writeResponse).
+                yield s.ReceiveMessageResponse(status=_error_status(exc))
+                return
+            try:
+                deliveries = await self._receive(request, context, caller)
             except (Invalid, BrokerError) as exc:
                 status = _error_status(exc)
             except asyncio.CancelledError:
@@ -577,8 +576,8 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
         self,
         request: s.ReceiveMessageRequest,
         context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
+        caller: Caller,
     ) -> list[Delivery]:
-        caller = self._auth.check(context.invocation_metadata() or ())
         client = self._server.seen(caller.client_id)
         settings = self._server.client_settings(caller.client_id)
         request_timeout = settings.request_timeout if settings is not None else DEFAULT_REQUEST_TIMEOUT

@@ -139,6 +139,34 @@ def test_transaction_commit() -> None:
     )
 
 
+def test_transaction_left_unresolved_stays_prepared_and_is_checked() -> None:
+    broker = _txn_broker()
+    [r] = broker.send([msg(kind=TXN, message_id="T")], T0)
+    # Upstream's UNKNOWN resolution: accepted, nothing resolved.
+    broker.end_transaction(
+        topic="t", message_id="T", transaction_id=r.transaction_id, commit=None, now=T0 + 1
+    )
+    assert pop(broker, T0 + 2) == []
+    assert [c.transaction_id for c in broker.tick(T0 + 100)] == [r.transaction_id]  # still checked
+    assert (
+        _code(
+            lambda: broker.end_transaction(
+                topic="t", message_id="T", transaction_id="unknown", commit=None, now=T0 + 100
+            )
+        )
+        == Code.INVALID_TRANSACTION_ID
+    )
+    broker.end_transaction(
+        topic="t", message_id="T", transaction_id=r.transaction_id, commit=True, now=T0 + 101
+    )
+    [d] = pop(broker, T0 + 102)
+    assert d.message.message_id == "T"
+    # After the resolution an unspecified one changes nothing.
+    broker.end_transaction(
+        topic="t", message_id="T", transaction_id=r.transaction_id, commit=None, now=T0 + 103
+    )
+
+
 def test_transaction_rollback() -> None:
     broker = _txn_broker()
     [r] = broker.send([msg(kind=TXN, message_id="T")], T0)

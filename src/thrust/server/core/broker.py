@@ -534,11 +534,14 @@ class Broker:
         return held.msg.message_id
 
     def end_transaction(
-        self, *, topic: str, message_id: str, transaction_id: str, commit: bool, now: float
+        self, *, topic: str, message_id: str, transaction_id: str, commit: bool | None, now: float
     ) -> None:
         """Commit (the message becomes deliverable) or roll back (discarded) a prepared message.
 
         Repeating the outcome a transaction already got is accepted (a retried EndTransaction).
+        `commit=None` (the resolution left unspecified) resolves nothing: the message stays prepared and
+        its checks go on, as upstream, which passes TransactionStatus.UNKNOWN to the broker
+        (EndTransactionActivity) and answers OK.
 
         Raises:
             BrokerError(INVALID_TRANSACTION_ID): unknown id, an id of another topic or message, or a
@@ -548,7 +551,7 @@ class Broker:
         txn = self._txns.get(transaction_id)
         if txn is None:
             done = self._resolved.get(transaction_id)
-            if done is not None and done == (topic, message_id, commit):
+            if done is not None and (done == (topic, message_id, commit) or commit is None):
                 return
             reason = "unknown transaction id" if done is None else "transaction already resolved otherwise"
             raise BrokerError(Code.INVALID_TRANSACTION_ID, f"{reason}: {transaction_id!r}")
@@ -557,7 +560,8 @@ class Broker:
                 Code.INVALID_TRANSACTION_ID,
                 f"transaction {transaction_id!r} is not for message {message_id!r} of topic {topic!r}",
             )
-        self._resolve_transaction(txn, commit, now)
+        if commit is not None:
+            self._resolve_transaction(txn, commit, now)
 
     # ------------------------------------------------------------------ consuming
 
@@ -934,9 +938,12 @@ class Broker:
             # The group's FIFO flag is sampled here, when it first consumes the topic.
             sub = self._subs[key] = _Sub(ginfo.name, ts.name, ginfo.fifo)
         if len(sub.queues) < len(ts.logs):
-            # Deviation: upstream pops with initMode=MAX, so a new group starts at the queue end and
-            # misses earlier messages. A test server starts at the beginning, because tests usually
-            # send before the consumer's first receive.
+            # A new group starts at the oldest retained message. Upstream pops with initMode=MAX, but
+            # PopMessageProcessor.getInitOffset starts at offset 0 while the queue's minimum offset is 0
+            # and that message is still in memory (initPopOffsetByCheckMsgInMem, default true), so on a
+            # young topic a new group reads the earlier messages there too (tests/conformance
+            # test_differential "new-group-reads-earlier-messages"). Only once the queue was trimmed
+            # does upstream start at its last message instead; here the group still reads what is left.
             sub.queues.extend(_SubQueue(log.base) for log in ts.logs[len(sub.queues) :])
         return sub
 
