@@ -142,7 +142,7 @@ class ServerProcess:
         host: str = "127.0.0.1",
         port: int = 0,
         start: bool = True,
-        startup_timeout: float = 20.0,
+        startup_timeout: float = 60.0,
         env: Mapping[str, str] | None = None,
     ) -> None:
         flags: list[str] = ["--auto-create"] if auto_create else []

@@ -105,10 +105,21 @@ def test_one_invalid_message_fails_the_whole_request() -> None:
             assert response.status.code == Code.MESSAGE_BODY_EMPTY
             assert list(response.entries) == []
             assert srv.stats.entries["SendMessage"] == 0
-            ok = await w.send(message("t"), message("t"))
-            assert [e.status.code for e in ok.entries] == [Code.OK, Code.OK]
-            # Every entry names a transaction id, the message id when not transactional (as the proxy).
-            assert [e.transaction_id for e in ok.entries] == [e.message_id for e in ok.entries]
+            first, second = message("t"), message("t")
+            ok = await w.send(first, second)
+            # A batch is one entry (the proxy's one SendResult for a MessageBatch): the first message's
+            # offset and key (as transaction id), and a broker id that is not the client's.
+            [entry] = ok.entries
+            assert entry.status.code == Code.OK
+            assert entry.transaction_id == first.system_properties.message_id
+            assert entry.message_id not in (
+                first.system_properties.message_id,
+                second.system_properties.message_id,
+            )
+            assert srv.stats.entries["SendMessage"] == 2
+            single = await w.send(message("t"))
+            # A single message's entry names its id, and its id as the transaction id (as the proxy).
+            assert [e.transaction_id for e in single.entries] == [e.message_id for e in single.entries]
 
     run(scenario())
 
