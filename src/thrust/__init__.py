@@ -56,6 +56,7 @@ from thrust.message import (
 from thrust.producer import Producer, Transaction
 
 if TYPE_CHECKING:
+    from thrust import sync as sync
     from thrust.simple_consumer import SimpleConsumer
 
 logging.getLogger("thrust").addHandler(logging.NullHandler())
@@ -97,6 +98,12 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     # SimpleConsumer and PushConsumer are imported on first use: PushConsumer lives in its own module
     # (written separately) and importing `thrust` should not pay for clients that are not used.
+    # `thrust.sync` likewise: `import thrust` then `thrust.sync.Producer(...)` works, and only code that
+    # touches `thrust.sync` pays for its import (and its fork handler).
+    if name == "sync":
+        import importlib
+
+        return importlib.import_module("thrust.sync")
     if name == "SimpleConsumer":
         from thrust.simple_consumer import SimpleConsumer
 
