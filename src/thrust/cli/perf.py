@@ -216,6 +216,11 @@ def run(args: argparse.Namespace) -> int:
     from thrust.bench.perf import run_perf, topic_names
     from thrust.bench.stats import plot
 
+    if args.plot:
+        # `plot` imports matplotlib only when it draws, after the whole run; without the [cli] extra, say
+        # so now (thrust.cli.main names the extra) rather than after the run.
+        import matplotlib  # noqa: F401
+
     try:
         options = options_from_args(args)
     except UsageError as exc:
