@@ -90,7 +90,9 @@ class _LoopThread:
         cls._generation += 1
 
 
-os.register_at_fork(after_in_child=_LoopThread._after_fork_in_child)
+# No fork() on Windows, so no `os.register_at_fork` there either (and nothing to guard against).
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_LoopThread._after_fork_in_child)
 
 
 async def _cancel_all() -> None:
