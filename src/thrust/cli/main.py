@@ -34,11 +34,18 @@ def _missing_extra(exc: ModuleNotFoundError) -> tuple[str, str] | None:
     return None if extra is None else (name, extra)
 
 
+def _version() -> str:
+    import thrust
+
+    return str(thrust.__version__)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The `thrust` parser with every available subcommand registered."""
     parser = argparse.ArgumentParser(
         prog="thrust", description="asyncio-native Apache RocketMQ 5 client tools and embedded server"
     )
+    parser.add_argument("--version", action="version", version=f"thrust {_version()}")
     subparsers = parser.add_subparsers(dest="command", metavar="<command>")
     for name in COMMAND_MODULES:
         try:
