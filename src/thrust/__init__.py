@@ -56,6 +56,9 @@ from thrust.message import (
 from thrust.producer import Producer, Transaction
 
 if TYPE_CHECKING:
+    from thrust import sync as sync
+
+    __version__: str
     from thrust.simple_consumer import SimpleConsumer
 
 logging.getLogger("thrust").addHandler(logging.NullHandler())
@@ -97,6 +100,23 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     # SimpleConsumer and PushConsumer are imported on first use: PushConsumer lives in its own module
     # (written separately) and importing `thrust` should not pay for clients that are not used.
+    # `thrust.sync` likewise: `import thrust` then `thrust.sync.Producer(...)` works, and only code that
+    # touches `thrust.sync` pays for its import (and its fork handler).
+    if name == "__version__":
+        # From the installed distribution's metadata (pyproject.toml's version), read on first use:
+        # importlib.metadata is not free and most programs never ask.
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("thrust")
+        except PackageNotFoundError:  # run from a source tree that was never installed
+            found = "0+unknown"
+        globals()["__version__"] = found
+        return found
+    if name == "sync":
+        import importlib
+
+        return importlib.import_module("thrust.sync")
     if name == "SimpleConsumer":
         from thrust.simple_consumer import SimpleConsumer
 

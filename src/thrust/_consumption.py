@@ -102,9 +102,10 @@ class ListenerExecutor(Generic[T]):
     """Runs `listener(item.message)` for every submitted item and reports `(item, ok)` in batches.
 
     `listener` is a plain function (run on `thread_count` daemon threads) or an `async def` (run on the loop,
-    at most `async_concurrency` at once). A result equal to `success` means ok; anything else, including an
-    exception, means FAILURE. `on_results` is called on the loop with every result that arrived since the
-    previous call. Must be constructed and used on the loop that `on_results` belongs to.
+    at most `async_concurrency` at once). A result equal to `success`, or None (a listener that returns
+    nothing did not fail: Python's habit), means ok; anything else, including an exception, means FAILURE.
+    `on_results` is called on the loop with every result that arrived since the previous call. Must be
+    constructed and used on the loop that `on_results` belongs to.
     """
 
     def __init__(
@@ -304,7 +305,7 @@ class ListenerExecutor(Generic[T]):
                         self.stats.peak_in_flight = self._in_flight
                 try:
                     result = listener(item.message)
-                    ok = result is success or result == success
+                    ok = result is success or result is None or result == success
                     if not ok:
                         self._bad_result(result)
                 except BaseException as exc:  # any exception is a FAILURE, never fatal to the worker
@@ -387,7 +388,7 @@ class ListenerExecutor(Generic[T]):
                     self.stats.peak_in_flight = self._in_flight
                 try:
                     result = await listener(item.message)
-                    ok = result is success or result == success
+                    ok = result is success or result is None or result == success
                     if not ok:
                         self._bad_result(result)
                 except Exception as exc:

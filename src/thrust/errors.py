@@ -10,6 +10,8 @@ gRPC transport errors are translated in exactly one place, `thrust._io.rpc`.
 
 from __future__ import annotations
 
+import builtins
+
 from thrust._codec.status import Code
 
 __all__ = [
@@ -109,15 +111,21 @@ class InternalError(ThrustError):
     default_retriable = True
 
 
-class TimeoutError(ThrustError):
-    """The call's deadline passed (client side), or PROXY_TIMEOUT / persistence timeouts (5040x)."""
+class TimeoutError(ThrustError, builtins.TimeoutError):
+    """The call's deadline passed (client side), or PROXY_TIMEOUT / persistence timeouts (5040x).
+
+    Also a builtin `TimeoutError` (an `OSError`), so `except TimeoutError:` in code that never heard of
+    thrust catches it too. Its `errno` and `strerror` are None."""
 
     default_retriable = True
 
 
-class ConnectionError(ThrustError):
+class ConnectionError(ThrustError, builtins.ConnectionError):
     """The transport failed before a status came back: gRPC UNAVAILABLE and friends, or a call the server
-    side cancelled (a proxy going down), or whose channel was replaced."""
+    side cancelled (a proxy going down), or whose channel was replaced.
+
+    Also a builtin `ConnectionError` (an `OSError`), so `except ConnectionError:` / `except OSError:` catch
+    it too. Its `errno` and `strerror` are None."""
 
     default_retriable = True
 

@@ -294,7 +294,8 @@ class ReceivedMessage:
         priority: for PRIORITY messages, as sent (see `Message` for what it orders).
 
     `await msg.ack()` and `await msg.change_invisible_duration(seconds)` settle it through the consumer
-    that received it.
+    that received it. Messages from a `thrust.sync.SimpleConsumer` settle through it: there `msg.ack()`
+    blocks until the ack is done (no `await`).
     """
 
     __slots__ = (

@@ -270,8 +270,10 @@ class PushConsumer:
         config: a `ClientConfig`; or give its fields directly (`endpoints=`, `namespace=`, ...).
         group: the consumer group.
         subscriptions: topic -> filter (a tag expression such as `"*"` or `"a||b"`, or a `FilterExpression`).
-        listener: `fn(message) -> ConsumeResult`, a plain function (run on `consumption_thread_count`
-            threads) or an `async def` (run on the loop). An exception counts as FAILURE.
+        listener: `fn(message) -> ConsumeResult | None`, a plain function (run on `consumption_thread_count`
+            threads) or an `async def` (run on the loop). Returning `ConsumeResult.SUCCESS` **or None** (a
+            listener that just returns, as Python functions do when nothing failed) acks the message;
+            `ConsumeResult.FAILURE`, any other value or an exception nacks it for redelivery.
         consumption_thread_count: threads for a plain-function listener (Java default 20).
         async_concurrency: at most this many `async def` listener calls at once.
         max_cache_message_count / max_cache_message_bytes: client-wide cache of received messages not yet
@@ -1138,8 +1140,9 @@ class _PushTelemetry(TelemetryHandler):
     async def on_verify_message(
         self, endpoint: Endpoint, command: spb.VerifyMessageCommand
     ) -> tuple[int, str]:
-        """Consume the message once with the listener, never ack it; OK when the listener returns SUCCESS,
-        else FAILED_TO_CONSUME_MESSAGE (Java PushConsumerImpl via its consume service: reference §1.2, §4.8).
+        """Consume the message once with the listener, never ack it; OK when the listener returns SUCCESS
+        (or None), else FAILED_TO_CONSUME_MESSAGE (Java PushConsumerImpl via its consume service: reference
+        §1.2, §4.8).
 
         Off the hot path (an operator's console command), so it runs alone: a plain-function listener on a
         worker thread of the loop's default executor, never on the loop itself."""
@@ -1156,7 +1159,7 @@ class _PushTelemetry(TelemetryHandler):
                 result = await asyncio.to_thread(listener, message)
         except Exception as exc:  # the listener's failure is the verification's answer
             return Code.FAILED_TO_CONSUME_MESSAGE, f"listener raised {type(exc).__name__}: {exc}"
-        if result is ConsumeResult.SUCCESS:
+        if result is ConsumeResult.SUCCESS or result is None:  # None is SUCCESS, as for consumption
             return Code.OK, "OK"
         return Code.FAILED_TO_CONSUME_MESSAGE, f"listener returned {result!r}"
 

@@ -16,7 +16,7 @@ import asyncio
 import concurrent.futures
 import os
 import threading
-from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
@@ -90,7 +90,9 @@ class _LoopThread:
         cls._generation += 1
 
 
-os.register_at_fork(after_in_child=_LoopThread._after_fork_in_child)
+# No fork() on Windows, so no `os.register_at_fork` there either (and nothing to guard against).
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_LoopThread._after_fork_in_child)
 
 
 async def _cancel_all() -> None:
@@ -293,6 +295,41 @@ class Transaction:
         self._runner.run(self._tx.__aexit__(exc_type, exc, tb))
 
 
+class _Settled:
+    """What a sync message's `ack()` returns: the work is already done, so there is nothing to await (and,
+    unlike a coroutine, nothing to warn about when it is dropped). `await`ing it is a no-op."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return
+        yield  # a generator function: `await _Settled()` returns None at once
+
+
+_SETTLED = _Settled()
+
+
+class _SyncSettler:
+    """Settles messages received by a sync `SimpleConsumer`: `msg.ack()` from a plain thread runs the ack on
+    the library loop and blocks until it is done, as `consumer.ack(msg)` does. Bound to the asyncio
+    consumer, `msg.ack()` would return a coroutine a thread never awaits: no ack is sent and the message
+    silently comes back after its invisible duration."""
+
+    __slots__ = ("_consumer", "_runner")
+
+    def __init__(self, runner: _Runner, consumer: _simple.SimpleConsumer) -> None:
+        self._runner = runner
+        self._consumer = consumer
+
+    def ack(self, message: ReceivedMessage) -> Awaitable[None]:
+        self._runner.run(self._consumer.ack(message))
+        return _SETTLED
+
+    def change_invisible_duration(self, message: ReceivedMessage, seconds: float) -> Awaitable[None]:
+        self._runner.run(self._consumer.change_invisible_duration(message, seconds))
+        return _SETTLED
+
+
 class SimpleConsumer(_SyncClient):
     """Blocking `thrust.SimpleConsumer`; the same keyword options (`await_duration` below the server's 5 s
     minimum long poll becomes 5 s, with one warning at construction, as there).
@@ -300,9 +337,12 @@ class SimpleConsumer(_SyncClient):
     ```
     with thrust.sync.SimpleConsumer(endpoints=..., group="g", subscriptions={"t": "*"}) as c:
         for msg in c.receive(max_messages=32, invisible_duration=30):
-            c.ack(msg)
+            msg.ack()  # or c.ack(msg); both block until the ack is done
     ```
-    Iterating (`for msg in c`) blocks until messages arrive and ends when the consumer is closed.
+    Messages it returns settle through this blocking consumer: `msg.ack()` and
+    `msg.change_invisible_duration(seconds)` block until done (they return an already-finished awaitable,
+    so there is nothing to await). Iterating (`for msg in c`) blocks until messages arrive and ends when
+    the consumer is closed.
     """
 
     def __init__(
@@ -332,6 +372,7 @@ class SimpleConsumer(_SyncClient):
             invisible_duration=invisible_duration,
         )
         self._start(self._async.start)
+        self._settler = _SyncSettler(self._runner, self._async)
 
     @property
     def aio(self) -> _simple.SimpleConsumer:
@@ -342,8 +383,12 @@ class SimpleConsumer(_SyncClient):
         self, max_messages: int = 32, invisible_duration: float | None = None
     ) -> list[ReceivedMessage]:
         """Receive up to `max_messages`; an empty list when none arrived within `await_duration` (which the
-        server clamps to 5..20 s: below 5 s, an empty receive still takes 5 s)."""
-        return self._runner.run(self._async.receive(max_messages, invisible_duration))
+        server clamps to 5..20 s: below 5 s, an empty receive still takes 5 s). `msg.ack()` on them blocks
+        until the ack is done."""
+        messages = self._runner.run(self._async.receive(max_messages, invisible_duration))
+        for m in messages:
+            m._bind(self._settler)
+        return messages
 
     def ack(self, message: ReceivedMessage) -> None:
         """Acknowledge one message (raises `InvalidReceiptHandleError` when its handle expired)."""

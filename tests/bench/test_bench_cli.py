@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.official_client import ensure_venv
+from tests.official_client import VENV, ensure_venv
 from thrust.bench.scenarios import SCENARIOS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,7 +29,8 @@ def _bench(tmp_path: Path, *args: str, timeout: float) -> tuple[subprocess.Compl
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=dict(os.environ, PYTHONPATH=str(REPO / "src")),
+        # The venv the interop tests build (and lock), not the bench's default in the user's cache.
+        env=dict(os.environ, PYTHONPATH=str(REPO / "src"), THRUST_INTEROP_VENV=str(VENV)),
         cwd=REPO,
         check=False,
     )

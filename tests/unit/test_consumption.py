@@ -76,7 +76,7 @@ def test_every_result_is_delivered_and_classified() -> None:
             return Result.FAILURE
         if n % 4 == 2:
             raise ValueError("boom")
-        return None  # not a ConsumeResult: a failure
+        return "done"  # neither a ConsumeResult nor None: a failure
 
     async def main() -> None:
         col = Collector()
@@ -89,7 +89,7 @@ def test_every_result_is_delivered_and_classified() -> None:
         assert len(res) == 200
         assert all(res[i] == (i % 4 == 0) for i in range(200))
         assert ex.stats.completed == 200 and ex.stats.failed == 150
-        assert ex.listener_failures == 100  # 50 raised + 50 returned None; FAILURE itself is not logged
+        assert ex.listener_failures == 100  # 50 raised + 50 returned "done"; FAILURE itself is not logged
         assert await ex.close(grace=5) == 0
         assert all(not t.is_alive() for t in ex._threads)
 

@@ -39,6 +39,7 @@ __all__ = [
     "Row",
     "Scenario",
     "official_python",
+    "official_venv_dir",
 ]
 
 GROUP = "bench"
@@ -79,14 +80,36 @@ class Scenario:
 # the official client's venv
 
 
+def official_venv_dir() -> Path:
+    """Where the official client's venv lives: `$THRUST_INTEROP_VENV` when set, else
+    `$XDG_CACHE_HOME/thrust/official-client/<package>-<version>-py<X.Y>` (`~/.cache` when XDG_CACHE_HOME is
+    unset or not absolute, as the XDG spec says). Never the current directory: `thrust bench` must not
+    leave a venv wherever the user happened to run it. The Python version is in the name because a venv
+    belongs to the interpreter that made it."""
+    explicit = os.environ.get("THRUST_INTEROP_VENV")
+    if explicit:
+        return Path(explicit)
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
+    name = f"{_OFFICIAL.replace('==', '-')}-py{sys.version_info.major}.{sys.version_info.minor}"
+    return base / "thrust" / "official-client" / name
+
+
 def official_python() -> str:
-    """The python of the official client's venv (`THRUST_INTEROP_VENV` or `./.interop-venv`), built
-    with pip on first use (rocketmq-python-client==5.1.2, pinned like the interop tests)."""
-    venv = Path(os.environ.get("THRUST_INTEROP_VENV", Path.cwd() / ".interop-venv"))
+    """The python of the official client's venv (`official_venv_dir()`), built with pip on first use
+    (rocketmq-python-client==5.1.2, pinned like the interop tests)."""
+    venv = official_venv_dir()
     python = venv / "bin" / "python"
     probe = [str(python), "-c", "import rocketmq; from rocketmq import PushConsumer"]
     if python.exists() and subprocess.run(probe, capture_output=True, check=False).returncode == 0:
         return str(python)
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    subprocess.run(
+        [*(str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"), _OFFICIAL],
+        check=True,
+    )
+    return str(python)
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     subprocess.run(
         [*(str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"), _OFFICIAL],

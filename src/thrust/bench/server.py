@@ -16,7 +16,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self
 
@@ -26,17 +26,26 @@ _LISTENING = re.compile(rb"listening on (\S+):(\d+)")
 
 
 class BenchServer:
-    """`python -m thrust.cli.main serve --port 0 ARGS...`; `endpoints` once it listens."""
+    """`python -m thrust.cli.main serve --port 0 ARGS...`; `endpoints` once it listens. `env` is added to
+    the child's environment (secrets such as `THRUST_SECRET_KEY` go there, not in `args`)."""
 
-    def __init__(self, args: Sequence[str] = (), *, brokers: int = 1, startup_timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        args: Sequence[str] = (),
+        *,
+        brokers: int = 1,
+        startup_timeout: float = 30.0,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         cmd = [sys.executable, "-m", "thrust.cli.main", "serve", "--host", "127.0.0.1", "--port", "0"]
         cmd += ["--brokers", str(brokers), *args]
+        self._extra_env = dict(env or {})
         self._spawn(cmd, brokers, startup_timeout, stdin=subprocess.DEVNULL)
         threading.Thread(target=self._drain, daemon=True).start()
 
     def _spawn(self, cmd: list[str], brokers: int, startup_timeout: float, *, stdin: int) -> None:
         self._log = tempfile.TemporaryFile()
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **getattr(self, "_extra_env", {}))
         self.process = subprocess.Popen(
             cmd,
             stdout=subprocess.PIPE,

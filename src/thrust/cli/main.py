@@ -22,11 +22,30 @@ COMMAND_MODULES: tuple[str, ...] = (
 )
 
 
+# Modules of the optional extras, by top-level name: a tool that needs one tells the user which extra to
+# install instead of ending in a bare ModuleNotFoundError (`pip install thrust` has no `[cli]`).
+OPTIONAL_MODULES: dict[str, str] = {"hdrh": "cli", "matplotlib": "cli"}
+
+
+def _missing_extra(exc: ModuleNotFoundError) -> tuple[str, str] | None:
+    """(module, extra) for the module `exc` failed to import, when an extra of ours provides it."""
+    name = (exc.name or "").partition(".")[0]
+    extra = OPTIONAL_MODULES.get(name)
+    return None if extra is None else (name, extra)
+
+
+def _version() -> str:
+    import thrust
+
+    return str(thrust.__version__)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The `thrust` parser with every available subcommand registered."""
     parser = argparse.ArgumentParser(
         prog="thrust", description="asyncio-native Apache RocketMQ 5 client tools and embedded server"
     )
+    parser.add_argument("--version", action="version", version=f"thrust {_version()}")
     subparsers = parser.add_subparsers(dest="command", metavar="<command>")
     for name in COMMAND_MODULES:
         try:
@@ -40,14 +59,29 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Parse `argv` (default: `sys.argv[1:]`) and run the chosen subcommand; its exit code."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    func = getattr(args, "func", None)
-    if func is None:
-        parser.print_help()
+    """Parse `argv` (default: `sys.argv[1:]`) and run the chosen subcommand; its exit code (2 when an
+    optional dependency the command needs is not installed: one line on stderr says which extra)."""
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        func = getattr(args, "func", None)
+        if func is None:
+            parser.print_help()
+            return 2
+        return int(func(args))
+    except ModuleNotFoundError as exc:
+        missing = _missing_extra(exc)
+        if missing is None:
+            raise
+        module, extra = missing
+        words = list(argv if argv is not None else sys.argv[1:])[:1]
+        prog = " ".join(["thrust", *words])
+        print(
+            f"{prog}: needs the optional module {module!r}, which is not installed: "
+            f"pip install 'thrust[{extra}]'",
+            file=sys.stderr,
+        )
         return 2
-    return int(func(args))
 
 
 if __name__ == "__main__":

@@ -208,13 +208,25 @@ def server_args(args: argparse.Namespace, topics: list[str]) -> list[str]:
     group = getattr(args, "group", "perf-group")
     out += ["--group", f"{group}:fifo" if args.fifo else group]
     if args.access_key is not None:
-        out += ["--access-key", args.access_key, "--secret-key", args.secret_key]
+        # The secret key goes to the child in $THRUST_SECRET_KEY (`server_env`), not on its command line,
+        # where `ps` and any log of the command would show it.
+        out += ["--access-key", args.access_key]
     return out
+
+
+def server_env(args: argparse.Namespace) -> dict[str, str]:
+    """Extra environment of the embedded server's process: the secret key, if any."""
+    return {"THRUST_SECRET_KEY": args.secret_key} if args.secret_key is not None else {}
 
 
 def run(args: argparse.Namespace) -> int:
     from thrust.bench.perf import run_perf, topic_names
     from thrust.bench.stats import plot
+
+    if args.plot:
+        # `plot` imports matplotlib only when it draws, after the whole run; without the [cli] extra, say
+        # so now (thrust.cli.main names the extra) rather than after the run.
+        import matplotlib  # noqa: F401
 
     try:
         options = options_from_args(args)
@@ -225,7 +237,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.endpoints:
         from thrust.bench.server import BenchServer
 
-        server = BenchServer(server_args(args, topic_names(options)))
+        server = BenchServer(server_args(args, topic_names(options)), env=server_env(args))
         options.endpoints = server.endpoints[0]
         print(f"embedded server (subprocess) on {options.endpoints}", file=sys.stderr)
     try:
@@ -251,5 +263,14 @@ def run(args: argparse.Namespace) -> int:
     return 130 if result.interrupted else 0
 
 
+# Options never written to an output file or a log line: what the run used is kept, the secret is not.
+_SECRET_OPTIONS = frozenset({"secret_key"})
+REDACTED = "<redacted>"
+
+
 def _jsonable(values: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in values.items() if isinstance(v, (str, int, float, bool, type(None)))}
+    return {
+        k: (REDACTED if k in _SECRET_OPTIONS and v is not None else v)
+        for k, v in values.items()
+        if isinstance(v, (str, int, float, bool, type(None)))
+    }

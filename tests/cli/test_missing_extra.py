@@ -1,0 +1,50 @@
+"""`thrust perf` without the `[cli]` extra: one line naming `pip install 'thrust[cli]'`, exit code 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+# `sys.modules[name] = None` makes `import name` raise ModuleNotFoundError(name=name), as on an install
+# without the extra.
+_SCRIPT = """
+import sys
+sys.modules[sys.argv[1]] = None
+from thrust.cli.main import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.parametrize(
+    ("missing", "args"),
+    [
+        ("hdrh", ["perf", "produce", "--endpoints", "127.0.0.1:1", "--count", "1"]),
+        ("matplotlib", ["perf", "produce", "--endpoints", "127.0.0.1:1", "--count", "1", "--plot", "x.png"]),
+    ],
+)
+def test_a_missing_optional_module_names_the_extra(missing: str, args: list[str], tmp_path: object) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _SCRIPT, missing, *args],
+        capture_output=True,
+        text=True,
+        timeout=50,
+        cwd=str(tmp_path),
+    )
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert "pip install 'thrust[cli]'" in lines[0] and repr(missing) in lines[0]
+    assert lines[0].startswith("thrust perf: ")
+
+
+def test_an_unrelated_missing_module_still_raises() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _SCRIPT, "thrust.bench.perf", "perf", "produce", "--endpoints", "x:1"],
+        capture_output=True,
+        text=True,
+        timeout=50,
+    )
+    assert done.returncode == 1 and "ModuleNotFoundError" in done.stderr
