@@ -32,13 +32,16 @@ layers: $(STAMP)
 	$(BIN)/lint-imports
 
 # Four workers on two cores: most of the reliability and fault tests wait (invisible times, long polls,
-# a paused server) rather than compute, so they overlap well.
-# `thrust cluster --mode both --exec` first starts a real Apache RocketMQ (one local-mode proxy with its
-# broker, and two brokers behind a cluster-mode proxy) from the Maven Central jars, which it fetches once
-# into ~/.cache/thrust/rocketmq; every pytest worker uses those two clusters (tests/conftest.py). It
-# fails at once, naming what to install, when Java 17+ or Maven is missing.
+# a paused server) rather than compute, so they overlap well. Two phases:
+# 1. everything that needs no real RocketMQ (`-m "not real"`), with no JVM running beside it;
+# 2. the tests marked `real` (tests/conftest.py: the client suites on the real proxy, the official client
+#    on it, the differential table), inside `thrust cluster --mode both --exec`, which starts a real
+#    Apache RocketMQ (a local-mode proxy with its broker, and two brokers behind a cluster-mode proxy)
+#    from the Maven Central jars, fetched once into ~/.cache/thrust/rocketmq; every pytest worker uses
+#    those two clusters. It fails at once, naming what to install, when Java 17+ or Maven is missing.
 pytest: $(STAMP)
-	$(BIN)/thrust cluster --mode both --exec $(BIN)/python -m pytest -q -p no:cacheprovider -n 4
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 4 -m "not real"
+	$(BIN)/thrust cluster --mode both --exec $(BIN)/python -m pytest -q -p no:cacheprovider -n 4 -m real
 
 # A real RocketMQ for a person: prints the gRPC endpoint, runs until Ctrl-C.
 cluster: $(STAMP)

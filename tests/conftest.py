@@ -60,36 +60,28 @@ def engine(request: pytest.FixtureRequest) -> Engine:
     return real_engine(info)
 
 
-_SLOW_FIXTURES = frozenset({"engine", "engine2", "rocketmq", "rocketmq2"})
+_REAL = frozenset({"rocketmq", "rocketmq2"})
+# Modules whose every test reaches the real clusters through `request.getfixturevalue`.
+_REAL_MODULES = frozenset({"test_differential.py"})
+
+
+def _needs_real(item: pytest.Item) -> bool:
+    if _REAL & set(getattr(item, "fixturenames", ())) or item.path.name in _REAL_MODULES:
+        return True
+    callspec = getattr(item, "callspec", None)
+    return callspec is not None and any(v in _REAL for v in callspec.params.values() if isinstance(v, str))
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    # Starting a real cluster in a session fixture takes 30-60 s on two busy cores (when pytest runs
-    # without `thrust cluster --exec`); the per-test timeout is for the test, not for that start-up,
-    # which has its own deadline (RocketMQCluster.startup_timeout).
     for item in items:
-        if (
-            _SLOW_FIXTURES & set(getattr(item, "fixturenames", ()))
-            and item.get_closest_marker("timeout") is None
-        ):
+        if not _needs_real(item):
+            continue
+        # `-m real` selects what needs a real cluster: `make test` runs it as a phase of its own, with
+        # the clusters up only then (their JVMs burn CPU even when idle, which the timing-bound
+        # reliability tests of the other phase must not share on two cores).
+        item.add_marker(pytest.mark.real)
+        # Starting a real cluster in a session fixture takes 30-100 s on two busy cores (when pytest runs
+        # without `thrust cluster --exec`); the per-test timeout is for the test, not for that start-up,
+        # which has its own deadline (RocketMQCluster.startup_timeout).
+        if item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(func_only=True))
-
-
-@pytest.fixture(scope="session")
-def embedded_engine2() -> Iterator[Engine]:
-    server = EmbeddedInThread(brokers=2)
-    try:
-        yield server.engine()
-    finally:
-        server.close()
-
-
-@pytest.fixture(scope="session", params=["embedded2", "rocketmq2"])
-def engine2(request: pytest.FixtureRequest) -> Engine:
-    """Two brokers: the embedded server with `brokers=2`, then broker-a and broker-b behind a real
-    cluster-mode proxy."""
-    if request.param == "embedded2":
-        embedded: Engine = request.getfixturevalue("embedded_engine2")
-        return embedded
-    info: ClusterInfo = request.getfixturevalue("rocketmq2")
-    return real_engine(info)
