@@ -85,3 +85,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         # which has its own deadline (RocketMQCluster.startup_timeout).
         if item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(func_only=True))
+
+
+@pytest.fixture(scope="session")
+def embedded_engine2() -> Iterator[Engine]:
+    server = EmbeddedInThread(brokers=2)
+    try:
+        yield server.engine()
+    finally:
+        server.close()
+
+
+@pytest.fixture(scope="session", params=["embedded2", "rocketmq2"])
+def engine2(request: pytest.FixtureRequest) -> Engine:
+    """Two brokers: the embedded server with `brokers=2`, then broker-a and broker-b behind a real
+    cluster-mode proxy."""
+    if request.param == "embedded2":
+        embedded: Engine = request.getfixturevalue("embedded_engine2")
+        return embedded
+    info: ClusterInfo = request.getfixturevalue("rocketmq2")
+    return real_engine(info)
