@@ -38,7 +38,7 @@ layers: $(STAMP)
 # into ~/.cache/thrust/rocketmq; every pytest worker uses those two clusters (tests/conftest.py). It
 # fails at once, naming what to install, when Java 17+ or Maven is missing.
 pytest: $(STAMP)
-	$(BIN)/thrust cluster --mode both --exec $(BIN)/python -m pytest -q -p no:cacheprovider -n 4
+	$(BIN)/thrust cluster --mode both --exec $(BIN)/python -m pytest -q -p no:cacheprovider -n 4 --dist loadgroup
 
 # A real RocketMQ for a person: prints the gRPC endpoint, runs until Ctrl-C.
 cluster: $(STAMP)
