@@ -649,20 +649,19 @@ class RocketMQCluster:
             jobs = [(name, args) for name, args, _ in failed]
 
 
-def _start_proxy(jvm: _Jvm, deadline: float, attempts: int = 3) -> None:
-    """Start a proxy JVM and wait for its boot line, starting it again (at most `attempts` times in all)
-    when it gave up because the namesrv did not answer in time: at start-up the cluster-mode proxy
-    creates `DefaultHeartBeatSyncerTopic` with 3 s remoting calls and exits on the first timeout, which
-    a machine under heavy load produces (seen at a load average of 70 on two cores)."""
-    for attempt in range(1, attempts + 1):
+def _start_proxy(jvm: _Jvm, deadline: float) -> None:
+    """Start a proxy JVM and wait for its boot line, starting it again (until `deadline`) when it gave up
+    because the namesrv did not answer in time: at start-up the cluster-mode proxy looks up and creates
+    `DefaultHeartBeatSyncerTopic` with 3 s remoting calls (hard-coded in `DefaultAdminService`) and exits
+    on a timeout, which a machine under heavy load produces (seen at a load average of 65-80 on two
+    cores, several times in a row)."""
+    while True:
         jvm.start()
         try:
             jvm.wait_ready(_READY["proxy"], deadline)
             return
         except ClusterError as exc:
-            if "DefaultHeartBeatSyncerTopic" not in str(exc) or attempt == attempts:
-                raise
-            if time.monotonic() > deadline:
+            if "DefaultHeartBeatSyncerTopic" not in str(exc) or time.monotonic() > deadline:
                 raise
             jvm.stop(grace=5.0)
 
