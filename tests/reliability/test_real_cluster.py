@@ -24,7 +24,7 @@ import os
 import statistics
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import pytest
@@ -236,7 +236,9 @@ class _Load:
         ok = {invokes[e.ref] for e in events if e.kind == "ok"}
         return ok - {e.payload_id for e in events if e.kind == "deliver"}
 
-    async def finish(self, budget: float = 30.0, restart_push_after: float | None = None) -> None:
+    async def finish(
+        self, budget: float = 45.0, restart_push_after: float | None = PUSH_INVISIBLE + 5.0
+    ) -> None:
         """Stop sending, wait for the sends in flight, then let both groups drain until every acked send
         was delivered in each (or `budget` runs out: the checker then reports what is lost).
 
@@ -245,7 +247,10 @@ class _Load:
         leaves its messages popped for the live push client, and the proxy renews them for as long as that
         client is connected (reference 7.6, `DefaultReceiptHandleManager`: up to 3 h); neither Java nor
         thrust can nack messages it never saw. Closing unregisters the client, and the proxy then makes
-        them visible after `invisibleTimeMillisWhenClear` (1 s). The soak's drain does the same."""
+        them visible after `invisibleTimeMillisWhenClear` (1 s). The soak's drain does the same. Not only
+        black holes do it: a receive the client cancels (a channel replaced after two timeouts in a row,
+        the proxy killed after it popped) leaves the proxy renewing what it popped for it
+        (`ReceiveMessageResponseStreamWriter` nacks only when its own write fails)."""
         self.stopping = True
         self._tasks[0].cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -332,6 +337,19 @@ def _crash_duplicates(load: _Load, group: str, rec: HistoryRecorder, broker: str
     )
 
 
+def _when(rec: HistoryRecorder, pids: Iterable[str]) -> str:
+    """Where the OK sends of `pids` fall against the history's fault and heal marks (a lost message's
+    diagnosis: sent before the fault, during it, or after the heal)."""
+    events = rec.snapshot().events
+    marks = [(e.kind, e.t) for e in events if e.kind in ("fault", "heal")]
+    invokes = {e.seq: e for e in events if e.kind == "invoke"}
+    oks = {invokes[e.ref].payload_id: e.t for e in events if e.kind == "ok"}
+    t0 = marks[0][1] if marks else 0.0
+    return ", ".join(f"{p} ok at {oks.get(p, float('nan')) - t0:+.1f}s" for p in pids) + (
+        " (marks: " + ", ".join(f"{k} {t - t0:+.1f}s" for k, t in marks) + ")"
+    )
+
+
 def _judge(
     load: _Load,
     *,
@@ -347,6 +365,8 @@ def _judge(
             rec, require_ack=False, call_bound=call_bound, recovery_bound=recovery_bound, copies_per_send=3
         )
         print(f"[{name}] {report.summary}")
+        if report.lost_examples:
+            print(f"[{name}] lost: {_when(rec, report.lost_examples)}")
         assert report.sends_ok > 0, report.summary
         assert_report(report, "P1", "P3", "P4")
         if crash is None:
@@ -443,7 +463,7 @@ def test_r1_broker_b_killed_sends_move_to_broker_a_and_its_backlog_drains_after_
             boot = await asyncio.to_thread(real.restart, "broker-b", timeout=RESTART_TIMEOUT)
             up = load.heal("kill-9 broker-b")
             await asyncio.sleep(3.0)
-            await load.finish(budget=40.0)
+            await load.finish()
         assert status == -9, status
         reports = _judge(load, recovery_bound=15.0, crash=("broker-b", killed))
         # Failover: the sends invoked after the kill; the last one that did not succeed at once (a
@@ -521,7 +541,7 @@ def test_r4_black_hole_connection_replaced_within_30s_and_receipts_settle(real: 
             proxy.set_mode(PASS, scope="new")
             healed = load.heal("blackhole")
             await asyncio.sleep(4.0)
-            await load.finish(budget=45.0, restart_push_after=PUSH_INVISIBLE + 5.0)
+            await load.finish()
             after = proxy.stats()
         # The fault bit: nothing got through while it lasted, and the client opened new connections.
         assert not [t for t in ok_during if t < healed], "sends succeeded through the black hole"
@@ -564,7 +584,7 @@ def test_r5_slow_path_200ms_each_way_degrades_gracefully_calls_within_deadline(r
             healed = load.heal("latency")
             proxy.set_mode(PASS)
             await asyncio.sleep(2.0)
-            await load.finish(budget=45.0, restart_push_after=PUSH_INVISIBLE + 5.0)
+            await load.finish()
         slow = [d - i for i, d in _ok_times(load.push_rec) if start + 1 <= i and d <= healed]
         assert slow, "no send succeeded on the slow path"
         # The fault bit: a send over the slow path takes at least one round trip (2 x 200 ms).
