@@ -378,8 +378,11 @@ class RocketMQCluster:
         if jvm.process is not None and jvm.process.poll() is None:
             raise ClusterError(f"{name} is still running; kill or terminate it first")
         deadline = time.monotonic() + timeout
-        jvm.start()
-        jvm.wait_ready(_READY["broker" if jvm.role == "broker" else jvm.role], deadline)
+        if jvm.role == "proxy":
+            _start_proxy(jvm, deadline)
+        else:
+            jvm.start()
+            jvm.wait_ready(_READY["broker"] if jvm.role == "broker" else _READY[jvm.role], deadline)
         if jvm.role == "proxy" and self._probe is not None:
             wait_routable(self.endpoint, self._probe, deadline=deadline)
         return jvm.ready_after
@@ -472,8 +475,7 @@ class RocketMQCluster:
                 lib,
                 heap=_HEAPS["proxy-local"],
             )
-            proxy.start()
-            proxy.wait_ready(_READY["proxy"], deadline)
+            _start_proxy(proxy, deadline)
         else:
             started = []
             for name in ("broker-a", "broker-b"):
@@ -493,8 +495,7 @@ class RocketMQCluster:
                 lib,
                 heap=_HEAPS["proxy-cluster"],
             )
-            proxy.start()
-            proxy.wait_ready(_READY["proxy"], deadline)
+            _start_proxy(proxy, deadline)
         endpoint = f"{host}:{grpc_port}"
         self._admin = RemotingAdmin(brokers)
         # A probe topic proves the whole path: admin -> broker -> namesrv -> proxy -> gRPC.
@@ -646,6 +647,23 @@ class RocketMQCluster:
                 assert jvm.process is not None
                 raise ClusterError(f"{jvm.name} failed (exit {jvm.process.returncode}):\n{jvm.tail()}")
             jobs = [(name, args) for name, args, _ in failed]
+
+
+def _start_proxy(jvm: _Jvm, deadline: float) -> None:
+    """Start a proxy JVM and wait for its boot line, starting it again (until `deadline`) when it gave up
+    because the namesrv did not answer in time: at start-up the cluster-mode proxy looks up and creates
+    `DefaultHeartBeatSyncerTopic` with 3 s remoting calls (hard-coded in `DefaultAdminService`) and exits
+    on a timeout, which a machine under heavy load produces (seen at a load average of 65-80 on two
+    cores, several times in a row)."""
+    while True:
+        jvm.start()
+        try:
+            jvm.wait_ready(_READY["proxy"], deadline)
+            return
+        except ClusterError as exc:
+            if "DefaultHeartBeatSyncerTopic" not in str(exc) or time.monotonic() > deadline:
+                raise
+            jvm.stop(grace=5.0)
 
 
 def _parse_topic(spec: str) -> tuple[str, str]:

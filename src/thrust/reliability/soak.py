@@ -2,6 +2,7 @@
 
     python -m thrust.reliability.soak --duration 3600            # the catalogue's hour
     python -m thrust.reliability.soak --duration 420 --json out.json
+    python -m thrust.reliability.soak --server real --duration 600   # a real RocketMQ, R1-R4 in turn
 
 The server runs as a `thrust serve` child process (`--in-process` puts it in the sampled process
 instead; its in-memory store then dominates RSS). A FaultProxy runs in a child process too
@@ -11,9 +12,14 @@ proxy too. The sampled process holds the clients and the load: a producer sendin
 messages/s with random bodies of 1 B..64 KiB, a PushConsumer and a SimpleConsumer in two groups (each
 group must get every message). Every `--fault-interval` seconds a fault is switched on for half the
 interval and healed for the other half (chaos style), cycling through
-connection reset (F4), black hole (F5) and refused connections (F6). Every `--sample-interval` seconds,
-and once at the end of every healed half-cycle (just before the next fault), the process's RSS, open file
-descriptors, threads and asyncio tasks, the push consumer's cache and the server child's RSS are sampled.
+connection reset (F4), black hole (F5) and refused connections (F6). With `--server real` the server is
+a real Apache RocketMQ from the Maven Central jars (`thrust.cluster.RocketMQCluster`, two brokers behind
+a cluster-mode proxy, the FaultProxy in front of the proxy) and the faults are the real-cluster issue's
+R1-R4 in turn: broker-b killed -9, the proxy terminated, the proxy killed -9 (each JVM restarted with
+its store and ports at the heal, which comes once it is ready again), and the black hole. Every
+`--sample-interval` seconds, and once at the end of every healed half-cycle (just before the next
+fault), the process's RSS, open file descriptors, threads and asyncio tasks, the push consumer's cache
+and the server child's RSS are sampled.
 
 The message histories are streamed to append-only JSON-lines files (`--history-dir`, default a
 temporary directory removed at the end), so the sampled process does not grow with the history; the
@@ -67,6 +73,7 @@ from pathlib import Path
 from typing import Any
 
 import thrust
+from thrust.cluster import RocketMQCluster
 from thrust.errors import ConnectionError, ThrustError, TimeoutError
 from thrust.reliability.history import History, HistoryRecorder, Report, check
 from thrust.reliability.proxy_process import ProxyProcess
@@ -81,6 +88,13 @@ MAX_BODY = 64 * 1024
 PUSH_CACHE_BYTES = 64 * 1024 * 1024
 # ProxyProcess commands, in turn: RST every live connection (F4), black hole (F5), refuse (F6).
 FAULTS: tuple[str, ...] = ("reset", "blackhole", "refuse")
+# `--server real`: a real Apache RocketMQ (namesrv, broker-a, broker-b, a cluster-mode proxy), with the
+# issue's R1-R4 in turn: broker-b killed -9 (restarted with its store at the heal), the proxy terminated
+# (SIGTERM) or killed -9 (restarted on the same port at the heal), and a black hole in the FaultProxy.
+REAL_FAULTS: tuple[str, ...] = ("kill-broker-b", "terminate-proxy", "kill-proxy", "blackhole")
+# The proxy's invisible time for push receives (upstream 60 s), as in tests/reliability/test_real_cluster.py.
+# `useEndpointPortFromRequest`: routes name the port the client dialled (the FaultProxy's), not the proxy's.
+REAL_PROXY_CONFIG: dict[str, Any] = {"defaultInvisibleTimeMills": 15_000, "useEndpointPortFromRequest": True}
 
 
 WARMUP = 300.0  # the catalogue's 5-minute warm-up before the RSS baseline
@@ -204,6 +218,7 @@ class _Soak:
         self.slow_sends = 0
         self.untyped_errors: list[str] = []
         self.windows: list[tuple[str, float, float]] = []
+        self.restarts: list[tuple[str, float]] = []  # `--server real`: (fault, seconds to boot again)
         # Simple-consumer progress, to catch a consumer that stops receiving while the network is fine.
         self.simple_last_got = time.monotonic()
         self.simple_errors: dict[str, int] = {}
@@ -287,28 +302,39 @@ class _Soak:
                 self.simple_rec.ack_failed(ref, error=type(err).__name__)
         return len(batch)
 
-    async def chaos(self, proxy: ProxyProcess) -> None:
+    async def chaos(self, proxy: ProxyProcess, cluster: RocketMQCluster | None = None) -> None:
         if self.args.fault_interval <= 0:
             return
         k = 0
         half = self.args.fault_interval / 2
+        faults = FAULTS if cluster is None else REAL_FAULTS
         while not self.stopping:
             await asyncio.sleep(half)
             if self.stopping:
                 break
             # The end of a healed half-cycle: fds and tasks must be back at the baseline (P5).
             await self.check_sample("cycle-end")
-            name = FAULTS[k % len(FAULTS)]
+            name = faults[k % len(faults)]
             k += 1
             self.fault = name
             began = time.monotonic() - self.started
             for rec in (self.push_rec, self.simple_rec):
                 rec.fault_started(name)
-            await proxy.command(name)
+            action, _, target = name.partition("-")
+            if cluster is not None and action in ("kill", "terminate"):
+                await asyncio.to_thread(getattr(cluster, action), target)
+            else:
+                await proxy.command(name)
             with contextlib.suppress(asyncio.CancelledError):
                 await asyncio.sleep(half)
-            # Heal for new connections (a black-holed live connection stays dead: the client must notice).
-            await proxy.command("pass", scope="new" if name == "blackhole" else "all")
+            if cluster is not None and action in ("kill", "terminate"):
+                # Healed once the JVM is ready again (boot line; for the proxy a QueryRoute answered).
+                boot = await asyncio.to_thread(cluster.restart, target)
+                self.restarts.append((name, round(boot, 1)))
+            else:
+                # Heal for new connections (a black-holed live connection stays dead: the client must
+                # notice).
+                await proxy.command("pass", scope="new" if name == "blackhole" else "all")
             self.fault = ""
             self.windows.append((name, round(began, 1), round(time.monotonic() - self.started, 1)))
             for rec in (self.push_rec, self.simple_rec):
@@ -441,8 +467,21 @@ def _history_dir(args: argparse.Namespace) -> tuple[Path, bool]:
 
 async def _run(state: _Soak) -> tuple[Any, int, int]:
     args = state.args
+    cluster: RocketMQCluster | None = None
+    target_host = "127.0.0.1"
+    listen_port: int | None = None
     async with contextlib.AsyncExitStack() as stack:
-        if args.server_process:
+        if args.server == "real":
+            cluster = RocketMQCluster("cluster", proxy_config=REAL_PROXY_CONFIG, startup_timeout=300)
+            stack.callback(cluster.stop)
+            await asyncio.to_thread(cluster.start)
+            for group in (PUSH_GROUP, SIMPLE_GROUP):
+                cluster.create_group(group)
+            await asyncio.to_thread(cluster.create_topic, TOPIC, "NORMAL", queues=8)
+            target_host, _, real_port = cluster.endpoint.rpartition(":")
+            port = int(real_port)
+            listen_port = 0  # the proxy listens on every address: the FaultProxy takes a port of its own
+        elif args.server_process:
             # The server in its own process: the sampled RSS / fds / tasks are the client's alone.
             proc = stack.enter_context(
                 ServerProcess(["--topic", f"{TOPIC}:8", "--group", PUSH_GROUP, "--group", SIMPLE_GROUP])
@@ -454,7 +493,9 @@ async def _run(state: _Soak) -> tuple[Any, int, int]:
                 embedded_server(topics=[f"{TOPIC}:8"], groups=[PUSH_GROUP, SIMPLE_GROUP])
             )
             port = srv.ports[0]
-        async with ProxyProcess(target=("127.0.0.1", port), host="127.0.0.2", port=port) as proxy:
+        async with ProxyProcess(
+            target=(target_host, port), host="127.0.0.2", port=port if listen_port is None else listen_port
+        ) as proxy:
             ep = proxy.endpoint
             producer = thrust.Producer(endpoints=ep, topics=[TOPIC], request_timeout=args.request_timeout)
             simple = thrust.SimpleConsumer(
@@ -482,7 +523,7 @@ async def _run(state: _Soak) -> tuple[Any, int, int]:
                 tasks = [
                     asyncio.create_task(state.produce(producer), name="soak-produce"),
                     asyncio.create_task(state.consume_simple(simple), name="soak-simple"),
-                    asyncio.create_task(state.chaos(proxy), name="soak-chaos"),
+                    asyncio.create_task(state.chaos(proxy, cluster), name="soak-chaos"),
                     asyncio.create_task(state.sample(), name="soak-sample"),
                 ]
                 await asyncio.sleep(args.duration)
@@ -646,7 +687,8 @@ def _figures(state: _Soak, final: Any, end_fds: int, end_tasks: int) -> dict[str
         "duration_s": args.duration,
         "rate_per_s": args.rate,
         "fault_interval_s": args.fault_interval,
-        "server": "process" if args.server_process else "in-process",
+        "server": "real" if args.server == "real" else "process" if args.server_process else "in-process",
+        "restarts": state.restarts,
         "sent_ok": state.sent_ok,
         "slow_sends": state.slow_sends,
         "push_acked": state.push_acked_first + final.acked,
@@ -708,6 +750,8 @@ def _print(figures: dict[str, Any]) -> None:
         print(f"hung sends: {figures['hung_sends']}; untyped errors: {figures['untyped_send_errors']}")
     print("P5: " + ", ".join(f"{k}={v}" for k, v in figures["p5"].items()))
     print(f"fault windows (name, from s, healed s): {figures['fault_windows_s']}")
+    if figures["restarts"]:
+        print(f"JVM restarts (fault, seconds to boot): {figures['restarts']}")
     print(f"simple consumer receive errors: {figures['simple_receive_errors']}")
     for excess in figures["task_excess"]:
         print(f"client tasks over the bound at t={excess['t']}s ({excess['kind']}): {excess['tasks']}")
@@ -748,6 +792,14 @@ def _parser() -> argparse.ArgumentParser:
         dest="server_process",
         action="store_false",
         help="run the server in the sampled process (its message store then dominates RSS)",
+    )
+    p.add_argument(
+        "--server",
+        choices=("thrust", "real"),
+        default="thrust",
+        help="thrust: `thrust serve` (or --in-process); real: a real Apache RocketMQ, two brokers behind a "
+        "cluster-mode proxy (Java 17 and Maven), with broker kill, proxy SIGTERM / kill -9 and black hole "
+        "in turn",
     )
     p.add_argument(
         "--history-dir",
