@@ -834,11 +834,9 @@ ROWS: list[Row] = [
     Row("B9-batch-size-0", _bad_receive(invisible=20, batch=0)),
     # D13: after the refusal the proxy completes the Telemetry stream with gRPC OK; thrust ends it with
     # INVALID_ARGUMENT, which thrust's client needs to fail typed (see docs/interop-findings.md).
-    Row(
-        "B12-telemetry-without-client-id",
-        _telemetry_without_client_id,
-        deviation={"[1]": ({"grpc": "INVALID_ARGUMENT"}, "EOF")},
-    ),
+    # B12 on Telemetry is not a row: the embedded server refuses the stream at call start, so the
+    # Settings write races with the refusal and the answer is timing-dependent (a CI run saw gRPC
+    # INTERNAL). D13 is pinned by tests/server/test_validation.py instead.
     Row(
         "B10-delivery-time-in-the-past",
         _bad_send(

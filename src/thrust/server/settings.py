@@ -27,9 +27,7 @@ from thrust.server.core.model import GroupInfo, RetryPolicy
 __all__ = [
     "CONSUMER_TYPES",
     "DEFAULT_REQUEST_TIMEOUT",
-    "LITE_SUBSCRIPTION_QUOTA",
     "LONG_POLLING_TIMEOUT",
-    "MAX_LITE_TOPIC_SIZE",
     "PRODUCER_BACKOFF",
     "RECEIVE_BATCH_SIZE",
     "ClientSettings",
@@ -40,12 +38,6 @@ __all__ = [
 
 RECEIVE_BATCH_SIZE: Final = 32
 """The proxy's `Subscription.receive_batch_size` (and the broker's hard cap on one pop)."""
-
-LITE_SUBSCRIPTION_QUOTA: Final = 2000
-"""5.5's `Subscription.lite_subscription_quota`: the group's `liteSubClientQuota` (default 2000)."""
-
-MAX_LITE_TOPIC_SIZE: Final = 64
-"""5.5's `Subscription.max_lite_topic_size`: the proxy's `maxLiteTopicSize` (default 64)."""
 
 LONG_POLLING_TIMEOUT: Final = 20.0
 """The proxy's `Subscription.long_polling_timeout` (`grpcClientConsumerMaxLongPollingTimeoutMillis`)."""
@@ -182,10 +174,9 @@ def merge_settings(reported: d.Settings, group_info: GroupInfo | None) -> Client
         sub.fifo = fifo
         sub.receive_batch_size = RECEIVE_BATCH_SIZE
         _set_duration(sub.long_polling_timeout, LONG_POLLING_TIMEOUT)
-        # 5.5.0's GrpcClientSettingsManager.mergeSubscriptionData sends the lite-topic quotas to every
-        # consumer, lite or not; the embedded server has no lite topics but tells the same numbers.
-        sub.lite_subscription_quota = LITE_SUBSCRIPTION_QUOTA
-        sub.max_lite_topic_size = MAX_LITE_TOPIC_SIZE
+        # No lite-topic quotas: 5.5.0's GrpcClientSettingsManager sends lite_subscription_quota (2000) and
+        # max_lite_topic_size (64) to every consumer, the pinned 5.4.0 sends neither, and the embedded
+        # server has no lite topics.
     client_type = (
         reported.client_type if reported.HasField("client_type") else d.ClientType.CLIENT_TYPE_UNSPECIFIED
     )
