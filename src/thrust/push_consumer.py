@@ -885,7 +885,7 @@ class PushConsumer:
         head of its chain: the group goes on once the forward has settled (`_heads_settled`)."""
         policy = self.session.settings.retry_policy
         m = d.message
-        # Local retries count up from the server's delivery_attempt (reference §6.4 item 10), and the
+        # Local retries count up from the server's delivery_attempt, and the
         # listener sees each one (Java `MessageViewImpl.incrementAndGetDeliveryAttempt`).
         attempt = m.delivery_attempt
         if fifo_failure_action(attempt, policy.max_attempts) is FifoAction.RETRY:

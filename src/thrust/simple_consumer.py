@@ -67,8 +67,8 @@ class SimpleConsumer:
             The server clamps it to [5 s, 20 s]: a value below 5 s silently becomes 5 s, so a receive that
             finds nothing returns after 5 s, not sooner; above 20 s becomes 20 s. That is the RocketMQ
             proxy's `grpcClientConsumerMinLongPollingTimeoutMillis` / `...MaxLongPollingTimeoutMillis`
-            (reference §7.5), and `thrust serve` clamps the same way. A value below 5 s is accepted with
-            one warning (logger `thrust.consumer`) when the consumer is created.
+            (`ProxyConfig`), and `thrust serve` clamps the same way. A value below 5 s is accepted with one
+            warning (logger `thrust.consumer`) when the consumer is created.
         invisible_duration: the default for `receive()` and for iteration (seconds, 10 s .. 12 h).
     """
 

@@ -9,6 +9,7 @@ import time
 
 import thrust
 import thrust.sync
+from tests.both.test_roundtrip import dead_letter_consumer
 from tests.client._util import receive_n
 from tests.engines import Engine
 from tests.push._util import run, send_all, until
@@ -121,20 +122,7 @@ def test_push_failures_are_retried_then_dead_lettered(engine: Engine) -> None:
                 # last attempt's nack comes in (the client forwards only FIFO messages itself).
                 await until(lambda: consumer.stats().nacked == 2, timeout=40)
             assert attempts == [1, 2]
-        # The broker creates %DLQ%<group> with the first dead letter; the proxy may route it a moment later.
-        for _ in range(100):
-            try:
-                dlq = thrust.SimpleConsumer(
-                    endpoints=engine.endpoint,
-                    group=dlq_group,
-                    subscriptions={f"%DLQ%{group}": "*"},
-                    await_duration=5,
-                )
-                await dlq.start()
-                break
-            except thrust.NotFoundError:
-                await asyncio.sleep(0.2)
-        async with dlq:
+        async with await dead_letter_consumer(engine, group, dlq_group) as dlq:
             [dead] = await receive_n(dlq, 1)
             assert dead.message_id == sent.message_id and dead.body == b"poison"
             await dead.ack()

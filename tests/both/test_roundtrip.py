@@ -23,6 +23,19 @@ def consumer(
     return thrust.SimpleConsumer(endpoints=engine.endpoint, group=group, subscriptions=subscriptions, **kw)  # type: ignore[arg-type]
 
 
+async def dead_letter_consumer(engine: Engine, group: str, dlq_group: str) -> thrust.SimpleConsumer:
+    """A started consumer of `%DLQ%<group>`: the broker creates that topic with the first dead letter,
+    and the proxy may route it a moment later."""
+    for _ in range(100):
+        dlq = consumer(engine, dlq_group, {f"%DLQ%{group}": "*"})
+        try:
+            await dlq.start()
+            return dlq
+        except thrust.NotFoundError:
+            await asyncio.sleep(0.2)
+    raise AssertionError(f"%DLQ%{group} never became routable")
+
+
 def test_normal_round_trip_with_all_fields(engine: Engine) -> None:
     topic, group = engine.topic(), engine.group()
 
@@ -275,15 +288,7 @@ def test_nacked_until_max_attempts_then_the_dead_letter_queue(engine: Engine) ->
             assert attempts == [1, 2]
             # Nothing further on the topic: the message went to %DLQ%<group>.
             assert await c.receive(32, 10) == []
-        # The broker creates %DLQ%<group> with the first dead letter; the proxy may route it a moment later.
-        for _ in range(100):
-            try:
-                dlq = consumer(engine, dlq_group, {f"%DLQ%{group}": "*"})
-                await dlq.start()
-                break
-            except thrust.NotFoundError:
-                await asyncio.sleep(0.2)
-        async with dlq:
+        async with await dead_letter_consumer(engine, group, dlq_group) as dlq:
             [dead] = await receive_n(dlq, 1)
             assert dead.body == b"poison"
             assert dead.message_id == sent.message_id

@@ -92,7 +92,7 @@ def test_push_consumer_retries_and_dead_letters(server: Server, tmp_path: Path) 
                     home=tmp_path / "producer",
                     within=30,
                 ),
-                # Dead-lettered on the server after max attempts (reference 7.5 step 6): %DLQ%<group>.
+                # Dead-lettered on the server after max attempts (broker `PopReviveService`): %DLQ%<group>.
                 read_dead_letters(srv, "it-push-g", len(always), dlq_home),
             )
             producer.check()

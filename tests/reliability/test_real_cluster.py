@@ -248,7 +248,7 @@ class _Load:
         `restart_push_after`: if the push group still misses messages after that many seconds, close the
         push consumer and start a successor in the same group. A receive reply that a black hole swallowed
         leaves its messages popped for the live push client, and the proxy renews them for as long as that
-        client is connected (reference 7.6, `DefaultReceiptHandleManager`: up to 3 h); neither Java nor
+        client is connected (proxy `DefaultReceiptHandleManager`: up to 3 h); neither Java nor
         thrust can nack messages it never saw. Closing unregisters the client, and the proxy then makes
         them visible after `invisibleTimeMillisWhenClear` (1 s). The soak's drain does the same. Not only
         black holes do it: a receive the client cancels (a channel replaced after two timeouts in a row,

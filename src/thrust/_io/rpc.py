@@ -136,7 +136,8 @@ def channel_options(
     Keepalive (by default every 300 s with a 30 s timeout, as Java: `ClientConfig.keepalive_*`) is as
     often as the proxy's grpc-java default `permitKeepAliveTime` allows; faster pings get GOAWAY
     `too_many_pings`. A dead connection is found by the session instead, which replaces a channel after
-    two consecutive transport failures (heartbeats every 10 s included; `ClientSession`, reference §4.3),
+    two consecutive transport failures (heartbeats every 10 s included; `ClientSession`, as Java's
+    `ClientManagerImpl`),
     and the capped reconnect backoff (1 s .. 5 s) brings the replacement up quickly.
     Retries are off (we retry by the server's policy), sizes are unlimited like every upstream client, and
     a local subchannel pool keeps clients isolated (so a replaced channel gets a new connection).

@@ -595,7 +595,8 @@ class ClientSession:
         """Close within `timeout` seconds; idempotent.
 
         Order: refuse new calls, cancel the receives (long polls) in flight, wait for the other in-flight
-        calls, NotifyClientTermination to every endpoint with a session (reference §4.11), close telemetry
+        calls, NotifyClientTermination to every endpoint with a session (as Java's `ClientImpl.shutDown`),
+        close telemetry
         streams, cancel every owned task, close every channel. Whatever is still running at the deadline
         is cancelled, so nothing outlives this call.
         """

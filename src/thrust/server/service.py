@@ -83,7 +83,7 @@ def _server_options(config: ServerConfig) -> list[tuple[str, Any]]:
         # wait in its transport until one ends, they are not refused.
         ("grpc.max_concurrent_streams", config.max_concurrent_streams),
         # S8 keepalive enforcement. Clients may ping without calls (Java and thrust ping every 300 s even
-        # when idle: reference 2, catalogue C6); a client pinging more often than
+        # when idle, as grpc-java's `permitKeepAliveTime` allows); a client pinging more often than
         # `min_ping_interval` gets GOAWAY too_many_pings after `_MAX_PING_STRIKES` strikes.
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.min_ping_interval_without_data_ms", _ms(config.min_ping_interval)),

@@ -34,8 +34,7 @@ class Catalog:
 
     Args:
         auto_create_topics: `topic()` creates unknown topics (default queue count, every message
-            type but PRIORITY) instead of raising TOPIC_NOT_FOUND (reference 7.8 item 3, "or
-            auto-create for tests").
+            type but PRIORITY) instead of raising TOPIC_NOT_FOUND, for tests.
         default_queues: queue count of auto-created topics.
         auto_create_groups: `group()` creates unknown groups (non-FIFO, default retry policy) instead
             of raising CONSUMER_GROUP_NOT_FOUND. Upstream's `autoCreateSubscriptionGroup` is true too.
