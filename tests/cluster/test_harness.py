@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -11,11 +12,25 @@ from pathlib import Path
 import grpc
 import pytest
 
+import thrust
+from tests.engines import unique
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as d
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as s
 from thrust._proto.apache.rocketmq.v2 import service_pb2_grpc as g
-from thrust.cluster import STANDARD_TOPICS, AdminError, ClusterInfo, JarsError, RemotingAdmin, fetch_jars
+from thrust.cluster import (
+    STANDARD_TOPICS,
+    AdminError,
+    ClusterControl,
+    ClusterError,
+    ClusterInfo,
+    JarsError,
+    RemotingAdmin,
+    fetch_jars,
+)
+from thrust.cluster import tls as tls_module
+from thrust.cluster.control import ControlServer
 from thrust.cluster.process import wait_routable
+from thrust.cluster.tls import harness_certificate
 
 
 def route(endpoint: str, topic: str) -> s.QueryRouteResponse:
@@ -89,3 +104,118 @@ def test_fetch_jars_names_maven_when_only_java_is_there(
     monkeypatch.setenv("THRUST_ROCKETMQ_CACHE", str(tmp_path / "cache"))
     with pytest.raises(JarsError, match=r"'mvn' is not on PATH.*Maven"):
         fetch_jars()
+
+
+@pytest.mark.parametrize("fixture", ["rocketmq", "rocketmq2"])
+def test_proxy_serves_tls_with_the_harness_certificate(fixture: str, request: pytest.FixtureRequest) -> None:
+    """The proxy starts with the harness's certificate (`thrust.cluster.tls`), not one it makes in
+    memory: a client that trusts only that certificate sends and receives over TLS, on the same port
+    as plaintext (the proxy's TLS-permissive mode)."""
+    info: ClusterInfo = request.getfixturevalue(fixture)
+    assert info.tls_cert is not None and Path(info.tls_cert).exists()
+    topic, group = unique("tls"), unique("tlsg")
+    admin = RemotingAdmin(info.brokers)
+    admin.create_topic(topic, "NORMAL", queues=2)
+    admin.create_group(group)
+    wait_routable(info.endpoint, topic, deadline=time.monotonic() + 30)
+    tls = thrust.TlsConfig(ca_file=info.tls_cert)
+
+    async def scenario() -> None:
+        async with (
+            thrust.Producer(endpoints=info.endpoint, topics=[topic], tls=tls) as producer,
+            thrust.SimpleConsumer(
+                endpoints=info.endpoint, group=group, subscriptions={topic: "*"}, tls=tls, await_duration=5
+            ) as consumer,
+        ):
+            receipt = await producer.send(thrust.Message(topic=topic, body=b"over tls"))
+            got: list[thrust.ReceivedMessage] = []
+            for _ in range(10):
+                got += await consumer.receive(8, 15)
+                if got:
+                    break
+            assert [m.message_id for m in got] == [receipt.message_id]
+            assert got[0].body == b"over tls"
+            await consumer.ack(got[0])
+
+    asyncio.run(scenario())
+
+
+def test_harness_certificate_made_once_by_cryptography_or_openssl(tmp_path: Path) -> None:
+    """One certificate per cache folder, reused; both ways of making it give a PKCS#8 key (what netty's
+    `GrpcSslContexts.forServer(cert, key)` reads) matching a certificate valid for localhost and
+    127.0.0.1."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    made = harness_certificate(tmp_path / "a")
+    assert made is not None
+    assert harness_certificate(tmp_path / "a") == made
+    cert_a = made[0].read_bytes()
+    assert harness_certificate(tmp_path / "a") is not None and made[0].read_bytes() == cert_a
+    (tmp_path / "b").mkdir()
+    by_openssl = (tmp_path / "b" / "cert.pem", tmp_path / "b" / "key.pem")
+    assert tls_module._with_openssl(*by_openssl)
+    for cert_path, key_path in (made, by_openssl):
+        key_pem = key_path.read_bytes()
+        assert key_pem.startswith(b"-----BEGIN PRIVATE KEY-----")
+        key = serialization.load_pem_private_key(key_pem, password=None)
+        cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
+        assert cert.public_key().public_numbers() == key.public_key().public_numbers()  # type: ignore[union-attr]
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        assert "localhost" in san.get_values_for_type(x509.DNSName)
+        assert [str(ip) for ip in san.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
+
+
+class _Processes:
+    """What `ControlServer` serves, without JVMs: each call recorded; `restart` of "busy" fails as the
+    real cluster does for a running JVM."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+        self.running = {"proxy": True}
+
+    def kill(self, name: str) -> int:
+        self.calls.append(("kill", name))
+        self.running[name] = False
+        return -9
+
+    def terminate(self, name: str, grace: float) -> int:
+        self.calls.append(("terminate", name))
+        self.running[name] = False
+        return 143
+
+    def restart(self, name: str, *, timeout: float) -> float:
+        if self.running.get(name, True):
+            raise ClusterError(f"{name} is still running; kill or terminate it first")
+        self.running[name] = True
+        self.calls.append(("restart", name))
+        return 1.5
+
+    def pid(self, name: str) -> int:
+        return 4242
+
+    def returncode(self, name: str) -> int | None:
+        return None if self.running.get(name, True) else -9
+
+
+def test_control_socket_carries_each_operation_and_its_errors(tmp_path: Path) -> None:
+    """The protocol `thrust cluster` serves for the fault tests: every operation reaches the cluster
+    object with its answer back, and a failure there comes back as `ClusterError` with its message."""
+    processes = _Processes()
+    server = ControlServer(processes, tmp_path / "control.sock")  # type: ignore[arg-type]
+    try:
+        control = ClusterControl(str(server.path))
+        assert control.pid("proxy") == 4242 and control.returncode("proxy") is None
+        with pytest.raises(ClusterError, match="still running"):
+            control.restart("proxy")
+        assert control.kill("proxy") == -9 and control.returncode("proxy") == -9
+        assert control.restart("proxy", timeout=5) == 1.5
+        assert control.terminate("proxy", grace=1) == 143
+        assert processes.calls == [("kill", "proxy"), ("restart", "proxy"), ("terminate", "proxy")]
+        with pytest.raises(ClusterError, match="op must be one of"):
+            control._ask("reboot", "proxy", 1.0)
+    finally:
+        server.close()
+    assert not (tmp_path / "control.sock").exists()
+    with pytest.raises(ClusterError, match="cluster control"):
+        ClusterControl(str(tmp_path / "control.sock")).pid("proxy")

@@ -39,6 +39,10 @@ and the groups {", ".join(STANDARD_GROUPS)}.
 
 Without --exec it runs until Ctrl-C. With --exec CMD ARGS..., it runs CMD with the cluster(s) described
 in ${ENV_VAR} (JSON), stops them when CMD ends and exits with CMD's exit code.
+
+The proxy serves TLS (beside plaintext) with the printed certificate, for clients that trust it. Another
+process can kill, terminate and restart the JVMs through the printed control socket
+(thrust.cluster.ClusterControl), e.g. for fault tests.
 """
 
 
@@ -89,11 +93,14 @@ def run(args: argparse.Namespace) -> int:
             print(f"thrust cluster: {exc}", file=sys.stderr)
             return 1
         for c in clusters:
+            c.serve_control()
             rss = sum(c.rss_bytes().values()) / 2**20
             print(
                 f"rocketmq {c.version} {c.mode}: endpoint {c.endpoint} namesrv {c.info.namesrv} "
                 f"brokers {','.join(c.info.brokers)} "
-                f"(started in {c.startup_seconds:.1f} s, RSS {rss:.0f} MiB)",
+                f"(started in {c.startup_seconds:.1f} s, RSS {rss:.0f} MiB)\n"
+                f"  control {c.info.control} (thrust.cluster.ClusterControl: kill, terminate, restart)"
+                + (f"\n  TLS certificate {c.info.tls_cert}" if c.info.tls_cert else ""),
                 flush=True,
             )
         if args.exec:

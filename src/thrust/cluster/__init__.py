@@ -17,6 +17,7 @@ Nothing in the client library imports this package.
 from __future__ import annotations
 
 from thrust.cluster.admin import AdminError, RemotingAdmin
+from thrust.cluster.control import ClusterControl
 from thrust.cluster.jars import ROCKETMQ_VERSION, JarsError, fetch_jars
 from thrust.cluster.process import (
     STANDARD_GROUPS,
@@ -32,6 +33,7 @@ __all__ = [
     "STANDARD_GROUPS",
     "STANDARD_TOPICS",
     "AdminError",
+    "ClusterControl",
     "ClusterError",
     "ClusterInfo",
     "JarsError",

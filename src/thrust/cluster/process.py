@@ -16,6 +16,7 @@ A JVM that exits or does not become ready raises `ClusterError` with its last lo
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -34,6 +35,7 @@ from typing import Any, Final, Literal
 
 from thrust.cluster.admin import MESSAGE_TYPES, RemotingAdmin
 from thrust.cluster.jars import ROCKETMQ_VERSION, fetch_jars, require
+from thrust.cluster.tls import harness_certificate
 
 __all__ = [
     "ENV_VAR",
@@ -105,6 +107,12 @@ class ClusterInfo:
     """Each master broker's remoting `host:port` (admin requests go there)."""
     mode: str
     version: str
+    tls_cert: str | None = None
+    """The PEM certificate the proxy serves TLS with (CN/SAN localhost, 127.0.0.1), for a client's
+    `TlsConfig(ca_file=...)`; None when the proxy made its own in memory (`thrust.cluster.tls`)."""
+    control: str | None = None
+    """The Unix socket of the process that owns the JVMs, when it serves one (`thrust cluster --exec`):
+    `ClusterControl(info.control)` kills, terminates and restarts them from another process."""
 
     def to_json(self) -> str:
         return json.dumps(
@@ -114,13 +122,23 @@ class ClusterInfo:
                 "brokers": list(self.brokers),
                 "mode": self.mode,
                 "version": self.version,
+                "tls_cert": self.tls_cert,
+                "control": self.control,
             }
         )
 
     @classmethod
     def from_json(cls, text: str) -> ClusterInfo:
         raw = json.loads(text)
-        return cls(raw["endpoint"], raw["namesrv"], tuple(raw["brokers"]), raw["mode"], raw["version"])
+        return cls(
+            raw["endpoint"],
+            raw["namesrv"],
+            tuple(raw["brokers"]),
+            raw["mode"],
+            raw["version"],
+            raw.get("tls_cert"),
+            raw.get("control"),
+        )
 
     def admin(self) -> RemotingAdmin:
         return RemotingAdmin(self.brokers)
@@ -175,6 +193,7 @@ class _Jvm:
         self.role = role
         self.home = root / name
         self.home.mkdir(parents=True, exist_ok=True)
+        (self.home / "tmp").mkdir(exist_ok=True)
         self.log_path = self.home / "stdout.log"
         self.command = [
             require("java", "install OpenJDK 17 or newer"),
@@ -184,6 +203,9 @@ class _Jvm:
             *_JDK17_OPENS,
             f"-Duser.home={self.home}",
             f"-Drocketmq.home.dir={self.home}",
+            # netty and the JDK write temporary files (certificates, native libraries) there: removed
+            # with the cluster's state rather than left in /tmp.
+            f"-Djava.io.tmpdir={self.home / 'tmp'}",
             f"-Drmq.logback.configurationFile=rmq.{role}.logback.xml",
             "-Dtls.server.mode=disabled" if role != "proxy" else "-Dtls.server.mode=permissive",
             "-cp",
@@ -325,6 +347,8 @@ class RocketMQCluster:
         self._info: ClusterInfo | None = None
         self._admin: RemotingAdmin | None = None
         self._probe: str | None = None
+        self._tls: tuple[Path, Path] | None = None
+        self._control: Any = None  # thrust.cluster.control.ControlServer, when `serve_control` ran
         self.startup_seconds = 0.0
 
     # -- public -------------------------------------------------------------------------------------
@@ -360,16 +384,39 @@ class RocketMQCluster:
             raise ClusterError(f"{name} was never started")
         return process
 
-    def kill(self, name: str) -> None:
-        """SIGKILL `name` (no shutdown hook runs: a crash) and wait for it to exit."""
+    def pid(self, name: str) -> int:
+        return self.process(name).pid
+
+    def returncode(self, name: str) -> int | None:
+        """`name`'s exit status (negative: the signal), None while it runs."""
+        return self.process(name).poll()
+
+    def kill(self, name: str) -> int | None:
+        """SIGKILL `name` (no shutdown hook runs: a crash), wait for it to exit; its exit status."""
         jvm = self._named(name)
         if jvm.process is not None and jvm.process.poll() is None:
             jvm.process.kill()
             jvm.process.wait()
+        return None if jvm.process is None else jvm.process.returncode
 
-    def terminate(self, name: str, grace: float = 30.0) -> None:
-        """SIGTERM `name` and wait for its shutdown hooks (SIGKILL after `grace` seconds)."""
-        self._named(name).stop(grace)
+    def terminate(self, name: str, grace: float = 30.0) -> int | None:
+        """SIGTERM `name` and wait for its shutdown hooks (SIGKILL after `grace` seconds); its exit
+        status."""
+        jvm = self._named(name)
+        jvm.stop(grace)
+        return None if jvm.process is None else jvm.process.returncode
+
+    def serve_control(self) -> str:
+        """Serve `kill`, `terminate`, `restart`, `pid` and `returncode` on a Unix socket in the state
+        folder, for other processes (`ClusterControl`); its path, also in `info.control`."""
+        from thrust.cluster.control import ControlServer
+
+        if self._info is None or self.root is None:
+            raise ClusterError("the cluster is not started")
+        if self._control is None:
+            self._control = ControlServer(self, self.root / "control.sock")
+            self._info = dataclasses.replace(self._info, control=str(self._control.path))
+        return str(self._control.path)
 
     def restart(self, name: str, *, timeout: float = 120.0) -> float:
         """Start `name` again with the same command, ports and store (after `kill` or `terminate`);
@@ -406,6 +453,7 @@ class RocketMQCluster:
         lib = fetch_jars(self.version)
         deadline = begin + self.startup_timeout
         self.root = Path(tempfile.mkdtemp(prefix=f"thrust-rocketmq-{self.mode}-"))
+        self._tls = harness_certificate()
         try:
             self._start(lib, deadline)
         except BaseException:
@@ -416,6 +464,9 @@ class RocketMQCluster:
 
     def stop(self) -> None:
         """SIGTERM every JVM (proxy first, namesrv last), then remove the state folder. Idempotent."""
+        if self._control is not None:
+            self._control.close()
+            self._control = None
         # The proxy first, so that clients see it go before the brokers behind it; then the rest
         # together. The JVMs' shutdown hooks take 10-15 s each on two cores (flushing a store this
         # harness deletes next), so each gets `grace` seconds after SIGTERM, then SIGKILL.
@@ -503,7 +554,14 @@ class RocketMQCluster:
         self._probe = probe
         self._admin.create_topic(probe, "NORMAL", queues=1)
         wait_routable(endpoint, probe, deadline=deadline)
-        self._info = ClusterInfo(endpoint, ns_addr, tuple(brokers), self.mode, self.version)
+        self._info = ClusterInfo(
+            endpoint,
+            ns_addr,
+            tuple(brokers),
+            self.mode,
+            self.version,
+            tls_cert=None if self._tls is None else str(self._tls[0]),
+        )
         self._mqadmin(lib, ns_addr, deadline)
         for name, _ in self.topics:
             wait_routable(endpoint, name, deadline=deadline)
@@ -530,7 +588,14 @@ class RocketMQCluster:
             "topicConfigCacheRefreshSeconds": 1,
             "subscriptionGroupConfigCacheRefreshSeconds": 1,
             "transactionHeartbeatPeriodSecond": 3,
+            # Routes name the port the client dialled, not the proxy's own (`RouteActivity`): a client
+            # behind a TCP proxy or port forward (the fault tests' FaultProxy) keeps using that path.
+            # A client that dials the proxy directly sees no difference.
+            "useEndpointPortFromRequest": True,
         }
+        if self._tls is not None:
+            cert, key = self._tls
+            config.update(tlsTestModeEnable=False, tlsCertPath=str(cert), tlsKeyPath=str(key))
         config.update(self.proxy_config)
         return config
 
