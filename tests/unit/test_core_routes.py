@@ -41,6 +41,29 @@ def test_route_queue_properties() -> None:
     assert route(q("a", 0, EA), q("a", 1, EA, Permission.READ)).writable == (q("a", 0, EA),)
 
 
+def test_route_missing_a_recent_broker_is_refetched_every_5s_until_it_returns() -> None:
+    """A broker that crashed drops out of the proxy's route; the route is then re-fetched every 5 s (not
+    30 s), so the restarted broker's backlog is consumed seconds after it is back."""
+    cache = RouteCache(refresh_period=30.0, degraded_refresh_period=5.0, degraded_memory=600.0)
+    cache.update("t", [q("a", 0, EA), q("b", 0, EB)], now=0.0)
+    assert not cache.degraded("t", 0.0) and cache.period("t", 0.0) == 30.0
+    assert cache.due(29.0) == [] and cache.next_refresh_at(1.0) == 30.0
+    cache.update("t", [q("a", 0, EA)], now=30.0)  # broker b is gone from the route
+    assert cache.degraded("t", 30.0)
+    assert cache.due(34.9) == [] and cache.due(35.0) == ["t"] and cache.next_refresh_at(31.0) == 35.0
+    cache.update("t", [q("a", 0, EA), q("b", 0, EB)], now=35.0)  # back
+    assert not cache.degraded("t", 35.0) and cache.due(64.0) == [] and cache.due(65.0) == ["t"]
+    # Gone for longer than the memory: taken as removed from the cluster, back to the normal period.
+    cache.update("t", [q("a", 0, EA)], now=100.0)
+    assert cache.due(105.0) == ["t"]
+    cache.update("t", [q("a", 0, EA)], now=700.0)
+    assert not cache.degraded("t", 700.0) and cache.due(705.0) == [] and cache.due(730.0) == ["t"]
+    # A topic's memory goes with it.
+    cache.remove("t")
+    cache.update("t", [q("a", 0, EA)], now=800.0)
+    assert not cache.degraded("t", 800.0)
+
+
 def test_cache_staleness_and_endpoint_changes() -> None:
     cache = RouteCache(refresh_period=30.0)
     u = cache.update("t", [q("a", 0, EA), q("b", 0, EB), q("x", 0, EC, topic="other")], now=0.0)
@@ -51,7 +74,7 @@ def test_cache_staleness_and_endpoint_changes() -> None:
     assert cache.endpoints() == {EA, EB}
     assert not cache.stale("t", 29.9) and cache.stale("t", 30.0) and cache.stale("nope", 0.0)
     assert cache.due(35.0) == ["t"]
-    assert cache.next_refresh_at() == 30.0
+    assert cache.next_refresh_at(10.0) == 30.0
     u = cache.update("t", [q("c", 0, EC)], now=35.0)
     assert u.added_endpoints == {EC} and u.removed_endpoints == {EB}  # EA still used by "u"
     assert cache.remove("u") == {EA}

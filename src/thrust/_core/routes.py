@@ -110,24 +110,55 @@ class RouteUpdate:
 
 
 class RouteCache:
-    """Routes per topic with staleness. Called by the client's route refresher and by senders/consumers."""
+    """Routes per topic with staleness. Called by the client's route refresher and by senders/consumers.
 
-    __slots__ = ("_endpoints", "_routes", "refresh_period")
+    A route is re-fetched every `refresh_period` (30 s, as the Java client's `updateRouteCache`), except
+    while it is *degraded*: it lacks a broker that the topic's route had within the last
+    `degraded_memory` seconds (a broker crashed or restarts, and the proxy dropped it). Then it is
+    re-fetched every `degraded_refresh_period` (5 s), so a restarted broker's messages are consumed
+    seconds after it is back rather than up to 30 s later (measured on a real two-broker cluster:
+    docs/reliability.md, R1). A broker gone for longer than `degraded_memory` is taken as removed.
+    """
 
-    def __init__(self, refresh_period: float = 30.0) -> None:
+    __slots__ = (
+        "_endpoints",
+        "_routes",
+        "_widest",
+        "degraded_memory",
+        "degraded_refresh_period",
+        "refresh_period",
+    )
+
+    def __init__(
+        self,
+        refresh_period: float = 30.0,
+        *,
+        degraded_refresh_period: float = 5.0,
+        degraded_memory: float = 600.0,
+    ) -> None:
         self.refresh_period = refresh_period  # Java/Python updateRouteCache period (reference §4.3, §8)
+        self.degraded_refresh_period = min(degraded_refresh_period, refresh_period)
+        self.degraded_memory = degraded_memory
         self._routes: dict[str, TopicRoute] = {}
         self._endpoints: frozenset[Endpoint] = frozenset()
+        # topic -> broker name -> when a route last listed it
+        self._widest: dict[str, dict[str, float]] = {}
 
     def update(self, topic: str, queues: Iterable[RouteQueue], now: float) -> RouteUpdate:
         """Store the route just fetched for `topic`. Open sessions for `added_endpoints`; the io layer may
         close the sessions of `removed_endpoints` (no route uses them any more)."""
         route = TopicRoute(topic, tuple(q for q in queues if q.topic == topic), now)
         self._routes[topic] = route
+        seen = self._widest.setdefault(topic, {})
+        for q in route.queues:
+            seen[q.broker_name] = now
+        for name in [n for n, t in seen.items() if now - t > self.degraded_memory]:
+            del seen[name]
         return self._recompute(route)
 
     def remove(self, topic: str) -> frozenset[Endpoint]:
         """Forget a topic (e.g. unsubscribed); returns the endpoints no route uses any more."""
+        self._widest.pop(topic, None)
         if self._routes.pop(topic, None) is None:
             return frozenset()
         before = self._endpoints
@@ -137,20 +168,35 @@ class RouteCache:
     def get(self, topic: str) -> TopicRoute | None:
         return self._routes.get(topic)
 
+    def degraded(self, topic: str, now: float) -> bool:
+        """The cached route lacks a broker that a route of `topic` listed within `degraded_memory`."""
+        route = self._routes.get(topic)
+        if route is None:
+            return False
+        present = {q.broker_name for q in route.queues}
+        return any(
+            name not in present and now - t <= self.degraded_memory
+            for name, t in self._widest.get(topic, {}).items()
+        )
+
+    def period(self, topic: str, now: float) -> float:
+        """How often `topic`'s route is re-fetched now."""
+        return self.degraded_refresh_period if self.degraded(topic, now) else self.refresh_period
+
     def stale(self, topic: str, now: float) -> bool:
         """No route yet, or it is at least `refresh_period` old."""
         route = self._routes.get(topic)
         return route is None or now - route.fetched_at >= self.refresh_period
 
     def due(self, now: float) -> list[str]:
-        """Topics whose route should be re-fetched now."""
-        return [t for t, r in self._routes.items() if now - r.fetched_at >= self.refresh_period]
+        """Topics whose route should be re-fetched now (degraded ones after the shorter period)."""
+        return [t for t, r in self._routes.items() if now - r.fetched_at >= self.period(t, now)]
 
-    def next_refresh_at(self) -> float | None:
-        """When the next route becomes stale; None if no route is cached."""
+    def next_refresh_at(self, now: float) -> float | None:
+        """When the next route is due; None if no route is cached."""
         if not self._routes:
             return None
-        return min(r.fetched_at for r in self._routes.values()) + self.refresh_period
+        return min(r.fetched_at + self.period(t, now) for t, r in self._routes.items())
 
     def endpoints(self) -> frozenset[Endpoint]:
         """Every endpoint in any cached route: heartbeat and telemetry targets."""

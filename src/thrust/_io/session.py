@@ -540,13 +540,32 @@ class ClientSession:
             self._periodic = [
                 self.spawn(self._every(hb, self._heartbeat), "thrust-heartbeat"),
                 self.spawn(self._every(sync, self._sync_settings), "thrust-settings-sync"),
-                self.spawn(self._every(refresh, self.refresh_routes), "thrust-route-refresh"),
+                self.spawn(self._refresh_routes_when_due(refresh), "thrust-route-refresh"),
             ]
         routes = await asyncio.gather(*(self.route(t) for t in topics))
         endpoints = {ep for r in routes for ep in r.endpoints} or {self.access_point}
         # One ready endpoint is enough to start: the others keep connecting in the background, so a
         # slow or dead broker never holds up startup (rocketmq-clients #818).
         await self.wait_any_ready(endpoints)
+
+    async def _refresh_routes_when_due(self, period: float) -> None:
+        """Re-fetch each route when `RouteCache.due` says so: every `period`, more often while a route
+        lacks a broker it had (a restarted broker comes back in seconds). A round with a failed fetch
+        waits at least the degraded period before the next, so a proxy that is down is not polled hard."""
+        floor = self.routes.degraded_refresh_period
+        while True:
+            now = time.monotonic()
+            at = self.routes.next_refresh_at(now)
+            await asyncio.sleep(period if at is None else min(period, max(at - now, 0.05)))
+            failed = False
+            for topic in self.routes.due(time.monotonic()):
+                try:
+                    await self._fetch_route(topic)
+                except ThrustError as exc:
+                    failed = True
+                    logger.info("route refresh of %r failed: %s", topic, exc)
+            if failed:
+                await asyncio.sleep(floor)
 
     async def _every(self, interval: float, action: Any) -> None:
         while True:
