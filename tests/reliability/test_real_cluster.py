@@ -2,8 +2,12 @@
 terminated or killed and restarted, the client's link black-holed or slowed, a transaction orphaned, a
 consumer joining and leaving. Nothing acknowledged may be lost.
 
-The module starts its OWN `RocketMQCluster(mode="cluster")` (it kills processes, so it cannot share the
-session's), once, and every test gets fresh topics and groups on it. Each fault runs under the same load
+R4-R7 leave every JVM running: they use the session's two-broker cluster (`rocketmq2`) beside the other
+`real` tests of `make test`'s second phase. R1-R3 kill and restart JVMs (marker `realfaults`): `make test`
+runs them after that phase, on the same cluster, through the control socket of the `thrust cluster`
+process that owns its JVMs (`ClusterControl`); without one (`make faults`, or pytest by hand) the module
+starts its own `RocketMQCluster(mode="cluster")`. Every test gets fresh topics and groups. Each fault
+runs under the same load
 (`_Load`): a producer at a steady rate (one task per send, so a slow send never slows the rate), one
 PushConsumer group and one SimpleConsumer group, every send and delivery recorded in one history per group
 and judged by `thrust.reliability.history.check` (P1 lost = 0 for acknowledged sends, P2 duplicates
@@ -25,7 +29,7 @@ import os
 import statistics
 import threading
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import pytest
@@ -33,14 +37,13 @@ import pytest
 import thrust
 from tests.engines import unique
 from tests.reliability._util import assert_report, body, pid_of, run
-from thrust.cluster import RocketMQCluster
+from thrust.cluster import ClusterControl, ClusterInfo, RemotingAdmin, RocketMQCluster, attach_from_env
+from thrust.cluster.process import wait_routable
 from thrust.errors import ConnectionError, ThrustError, TimeoutError
 from thrust.reliability.history import HistoryRecorder, Report, check
 from thrust.reliability.proxy import PASS, Blackhole, FaultProxy, Latency
 
-# `realfaults`: run by `make faults`, not by `make test` (5 min 20 s on a quiet machine, over the 3 min the
-# issue allows CI; docs/reliability.md has the figures).
-pytestmark = [pytest.mark.slow, pytest.mark.realfaults, pytest.mark.xdist_group("real-cluster-faults")]
+pytestmark = [pytest.mark.slow]
 
 NAMES = ("namesrv", "broker-a", "broker-b", "proxy")
 REQUEST_TIMEOUT = 2.0
@@ -55,31 +58,56 @@ RESTART_TIMEOUT = 400.0
 TEST_TIMEOUT = 900
 
 
-# The proxy holds a push consumer's messages invisible for `defaultInvisibleTimeMills` (60 s upstream) and
-# renews them while the client is connected; a receive reply that a fault swallowed (or a proxy that died
-# with them) leaves them invisible for that long. 15 s keeps that wait inside the CI budget; the renew
-# (10 s ahead of expiry, every 5 s) still runs.
-PUSH_INVISIBLE = 15.0
-# The proxy answers QueryRoute with the host the client dialled and its own gRPC port, unless
-# `useEndpointPortFromRequest` (RouteActivity.convertToAddressList): with it, a client that dials the
-# FaultProxy's port gets routes through the FaultProxy too (the proxy listens on every address, so the
-# embedded-server trick of 127.0.0.2 with the server's port is not available).
-PROXY_CONFIG = {"defaultInvisibleTimeMills": int(PUSH_INVISIBLE * 1000), "useEndpointPortFromRequest": True}
+# If the push group still misses messages this long after the load stopped, `_Load.finish` restarts its
+# consumer (see there): what a fault left popped for the live client comes back 1 s after it unregisters.
+PUSH_RESTART_AFTER = 20.0
 
 
-@pytest.fixture(scope="module")
-def cluster() -> Iterator[RocketMQCluster]:
-    with RocketMQCluster("cluster", proxy_config=PROXY_CONFIG, startup_timeout=300) as c:
-        yield c
+@dataclass
+class _Real:
+    """A two-broker cluster under test: where clients connect, how topics and groups are made, and what
+    kills and restarts its JVMs (None for the session's shared cluster, which the tests must not break)."""
+
+    endpoint: str
+    admin: RemotingAdmin
+    control: RocketMQCluster | ClusterControl | None = None
+
+    def create_topic(self, name: str, kind: str = "NORMAL", *, queues: int = 8) -> None:
+        self.admin.create_topic(name, kind, queues=queues)
+        wait_routable(self.endpoint, name, deadline=time.monotonic() + 30)
+
+    def create_group(self, name: str) -> None:
+        self.admin.create_group(name)
+
+    @property
+    def jvms(self) -> RocketMQCluster | ClusterControl:
+        assert self.control is not None, "this cluster is shared: its JVMs are not the test's to kill"
+        return self.control
 
 
 @pytest.fixture
-def real(cluster: RocketMQCluster) -> Iterator[RocketMQCluster]:
-    """The module's cluster, with every JVM running again after the test (whatever it killed)."""
-    yield cluster
+def shared(rocketmq2: ClusterInfo) -> _Real:
+    """The session's two-broker cluster (R4-R7 kill nothing, so they run beside the other tests)."""
+    return _Real(rocketmq2.endpoint, rocketmq2.admin())
+
+
+@pytest.fixture(scope="module")
+def _owned() -> Iterator[_Real]:
+    info = attach_from_env("cluster")
+    if info is not None and info.control is not None:
+        yield _Real(info.endpoint, info.admin(), ClusterControl(info.control))
+        return
+    with RocketMQCluster("cluster", startup_timeout=300) as c:
+        yield _Real(c.endpoint, c.admin, c)
+
+
+@pytest.fixture
+def faulty(_owned: _Real) -> Iterator[_Real]:
+    """A two-broker cluster whose JVMs the test may kill: every one runs again after the test."""
+    yield _owned
     for name in NAMES:
-        if cluster.process(name).poll() is not None:
-            cluster.restart(name, timeout=RESTART_TIMEOUT)
+        if _owned.jvms.returncode(name) is not None:
+            _owned.jvms.restart(name, timeout=RESTART_TIMEOUT)
 
 
 def _broker_of(m: thrust.ReceivedMessage) -> str:
@@ -96,7 +124,7 @@ class _Names:
     simple_group: str
 
 
-def _fresh(cluster: RocketMQCluster, queues: int = 4) -> _Names:
+def _fresh(cluster: _Real, queues: int = 4) -> _Names:
     names = _Names(unique("rt"), unique("rpush"), unique("rsimple"))
     cluster.create_topic(names.topic, "NORMAL", queues=queues)
     cluster.create_group(names.push_group)
@@ -117,6 +145,7 @@ class _Load:
     # payload -> broker of its first delivery, per group ("push" / "simple")
     brokers: dict[str, dict[str, str]] = field(default_factory=lambda: {"push": {}, "simple": {}})
     send_errors: dict[str, int] = field(default_factory=dict)
+    error_messages: dict[str, str] = field(default_factory=dict)  # the first message of each error type
     receive_errors: dict[str, int] = field(default_factory=dict)
     receive_calls: list[float] = field(default_factory=list)  # seconds each receive() took
     simple_paused: bool = False
@@ -182,14 +211,16 @@ class _Load:
         ops = [(rec, rec.invoke(pid)) for rec in (self.push_rec, self.simple_rec)]
         try:
             receipt = await self.producer.send(thrust.Message(topic=self.names.topic, body=body(pid, 256)))
-        except (TimeoutError, ConnectionError) as exc:
-            self.send_errors[type(exc).__name__] = self.send_errors.get(type(exc).__name__, 0) + 1
-            for rec, op in ops:
-                rec.unknown(op, error=type(exc).__name__)
         except ThrustError as exc:
-            self.send_errors[type(exc).__name__] = self.send_errors.get(type(exc).__name__, 0) + 1
+            kind = type(exc).__name__
+            self.send_errors[kind] = self.send_errors.get(kind, 0) + 1
+            self.error_messages.setdefault(kind, str(exc))
             for rec, op in ops:
-                rec.fail(op, error=type(exc).__name__)
+                # A timeout or a broken connection may have stored the message: its outcome is unknown.
+                if isinstance(exc, TimeoutError | ConnectionError):
+                    rec.unknown(op, error=kind)
+                else:
+                    rec.fail(op, error=kind)
         else:
             for rec, op in ops:
                 rec.ok(op, receipt.message_id)
@@ -232,6 +263,27 @@ class _Load:
             rec.fault_healed(name)
         return time.monotonic()
 
+    async def until(self, condition: Callable[[], bool], timeout: float) -> bool:
+        """Wait (polling the histories) until `condition()` holds or `timeout` seconds pass; whether it
+        held. The tests wait on events, never on a sleep that guesses how long they take."""
+        end = time.monotonic() + timeout
+        while not condition():
+            if time.monotonic() > end:
+                return False
+            await asyncio.sleep(0.1)
+        return True
+
+    async def flowing(self, since: float = 0.0, timeout: float = 60.0) -> bool:
+        """Until a send invoked at or after `since` succeeded and both groups delivered after `since`."""
+        return await self.until(
+            lambda: (
+                any(i >= since for i, _ in _ok_times(self.push_rec))
+                and _delivered_since(self.push_rec, since)
+                and _delivered_since(self.simple_rec, since)
+            ),
+            timeout,
+        )
+
     def missing(self, rec: HistoryRecorder) -> set[str]:
         """Payloads sent OK and not delivered yet in `rec`'s group."""
         events = rec.snapshot().events
@@ -240,7 +292,7 @@ class _Load:
         return ok - {e.payload_id for e in events if e.kind == "deliver"}
 
     async def finish(
-        self, budget: float = 45.0, restart_push_after: float | None = PUSH_INVISIBLE + 5.0
+        self, budget: float = 45.0, restart_push_after: float | None = PUSH_RESTART_AFTER
     ) -> None:
         """Stop sending, wait for the sends in flight, then let both groups drain until every acked send
         was delivered in each (or `budget` runs out: the checker then reports what is lost).
@@ -308,6 +360,15 @@ def _longest_gap(rec: HistoryRecorder, t: float) -> float:
     done = sorted(d for _, d in _ok_times(rec) if d >= t)
     points = [t, *done]
     return max((b - a for a, b in itertools.pairwise(points)), default=0.0)
+
+
+def _delivered_since(rec: HistoryRecorder, t: float) -> bool:
+    return any(e.kind == "deliver" and e.t >= t for e in rec.snapshot().events)
+
+
+def _not_ok_between(rec: HistoryRecorder, a: float, b: float) -> int:
+    """Sends that completed without success (failed, or unknown after a timeout) between `a` and `b`."""
+    return sum(1 for e in rec.snapshot().events if e.kind in ("fail", "unknown") and a <= e.t <= b)
 
 
 def _first_delivery_after(rec: HistoryRecorder, t: float) -> float:
@@ -387,52 +448,65 @@ def _figure(label: str, **values: float | int | str) -> None:
     print(f"RECOVERY {label}: {text}")
 
 
-# R2 / R3: the proxy terminated or killed, restarted on the same port ----------------------------------
+# R2 / R3: the proxy terminated, then killed, each time restarted on the same port ------------------------
 
 
+@pytest.mark.realfaults
 @pytest.mark.timeout(TEST_TIMEOUT, func_only=True)
-@pytest.mark.parametrize("how", ["terminate", "kill"], ids=["R2-sigterm", "R3-kill-9"])
-def test_r2_r3_proxy_restarted_sessions_recover_without_user_action(real: RocketMQCluster, how: str) -> None:
-    """R2 (SIGTERM: the proxy sends GOAWAY and closes its streams) and R3 (kill -9: no GOAWAY, the kernel
-    resets the connections) of the cluster-mode proxy under load, then a restart on the same port. The
-    clients are never touched: sends, the Telemetry sessions, the push consumer's long polls and the simple
-    consumer's receives come back on their own. Nothing acknowledged is lost (P1; the brokers kept every
-    message), duplicates are within the window (P2), sends end within their bound (P3), and traffic is
-    back within 15 s of the proxy's readiness (P4)."""
-    names = _fresh(real)
+def test_r2_r3_proxy_terminated_then_killed_sessions_recover_without_user_action(faulty: _Real) -> None:
+    """R2 (SIGTERM: the proxy sends GOAWAY and closes its streams) then R3 (kill -9: no GOAWAY, the
+    kernel resets the connections) of the cluster-mode proxy under one load, each followed by a restart
+    on the same port. The clients are never touched: sends, the Telemetry sessions, the push consumer's
+    long polls and the simple consumer's receives come back on their own after each. Nothing
+    acknowledged is lost (P1; the brokers kept every message), duplicates are within the window (P2),
+    sends end within their bound (P3), and traffic is back within 15 s of each restart (P4)."""
+    names = _fresh(faulty)
+    jvms = faulty.jvms
 
     async def scenario() -> None:
-        async with _Load(real.endpoint, names) as load:
-            await asyncio.sleep(3.0)
-            pid = real.process("proxy").pid
-            down = load.fault(f"proxy-{how}")
-            await asyncio.to_thread(real.terminate if how == "terminate" else real.kill, "proxy")
-            status = real.process("proxy").returncode
-            stopped = time.monotonic()
-            boot = await asyncio.to_thread(real.restart, "proxy", timeout=RESTART_TIMEOUT)
-            up = load.heal(f"proxy-{how}")
-            assert real.process("proxy").pid != pid
-            await asyncio.sleep(4.0)
+        figures: list[tuple[str, dict[str, float | int | str]]] = []
+        async with _Load(faulty.endpoint, names) as load:
+            assert await load.flowing(), "the load never got going"
+            for how, label in (("terminate", "R2 proxy SIGTERM"), ("kill", "R3 proxy kill -9")):
+                pid = jvms.pid("proxy")
+                errors_before = dict(load.send_errors)
+                down = load.fault(f"proxy-{how}")
+                stop = jvms.terminate if how == "terminate" else jvms.kill
+                status = await asyncio.to_thread(stop, "proxy")
+                stopped = time.monotonic()
+                boot = await asyncio.to_thread(jvms.restart, "proxy", timeout=RESTART_TIMEOUT)
+                up = load.heal(f"proxy-{how}")
+                # The fault happened: the JVM ended by our signal, a new one runs, and sends failed
+                # while it was down.
+                # SIGTERM: the JVM runs its shutdown hooks and exits 128 + 15.
+                assert status in ((-9,) if how == "kill" else (143, -15)), status
+                assert jvms.pid("proxy") != pid
+                failed = _not_ok_between(load.push_rec, down, up)
+                assert failed > 0, f"no send failed while the proxy was down ({how})"
+                await load.flowing(since=up)
+                figures.append(
+                    (
+                        label,
+                        {
+                            "stop": stopped - down,
+                            "boot": boot,
+                            "outage": _longest_gap(load.push_rec, down),
+                            "send_after_ready": _first_ok_after(load.push_rec, up),
+                            "push_delivery_after_ready": _first_delivery_after(load.push_rec, up),
+                            "simple_delivery_after_ready": _first_delivery_after(load.simple_rec, up),
+                            "sends_failed_while_down": failed,
+                            "send_errors": str(
+                                {k: v - errors_before.get(k, 0) for k, v in load.send_errors.items()}
+                            ),
+                        },
+                    )
+                )
             await load.finish()
-            failed_during = sum(load.send_errors.values())
-        # The fault happened: the JVM ended by our signal and sends failed while it was down.
-        if how == "kill":
-            assert status == -9, status
-        else:
-            assert status is not None, status
-        assert failed_during > 0, "no send failed: the proxy was never down"
         reports = _judge(load, recovery_bound=15.0)
-        _figure(
-            f"R{2 if how == 'terminate' else 3} proxy {how}",
-            stop=stopped - down,
-            boot=boot,
-            outage=_longest_gap(load.push_rec, down),
-            send_after_ready=_first_ok_after(load.push_rec, up),
-            push_delivery_after_ready=_first_delivery_after(load.push_rec, up),
-            simple_delivery_after_ready=_first_delivery_after(load.simple_rec, up),
-            p4_worst=max(max(r.recovery_times, default=0.0) for r in reports.values()),
-            send_errors=str(load.send_errors),
-        )
+        worst = max(max(r.recovery_times, default=0.0) for r in reports.values())
+        for label, values in figures:
+            _figure(label, **values)
+        _figure("R2+R3 P4", worst_recovery=worst, error_messages=str(load.error_messages))
 
     run(scenario, timeout=TEST_TIMEOUT - 20)
 
@@ -440,36 +514,44 @@ def test_r2_r3_proxy_restarted_sessions_recover_without_user_action(real: Rocket
 # R1: a broker killed under load, restarted with its store ---------------------------------------------
 
 
+@pytest.mark.realfaults
 @pytest.mark.timeout(TEST_TIMEOUT, func_only=True)
 def test_r1_broker_b_killed_sends_move_to_broker_a_and_its_backlog_drains_after_restart(
-    real: RocketMQCluster,
+    faulty: _Real,
 ) -> None:
     """R1: kill -9 broker-b under load. Sends that meet it fail over to broker-a (the producer retries on
     another broker, and the proxy's route drops broker-b once the namesrv has seen its connection close);
     consumption from broker-a goes on. The simple group pauses 1.5 s before the kill, so broker-b holds a
     backlog of that group's messages that nobody can read while it is down; after `restart("broker-b")`
     (same store) every one of them is consumed, and nothing acknowledged is lost in either group (P1)."""
-    names = _fresh(real)
+    names = _fresh(faulty)
+    jvms = faulty.jvms
 
     async def scenario() -> dict[str, float]:
-        async with _Load(real.endpoint, names) as load:
-            await asyncio.sleep(3.0)
+        async with _Load(faulty.endpoint, names) as load:
+            assert await load.flowing(), "the load never got going"
             load.simple_paused = True
             await asyncio.sleep(1.5)
             killed = load.fault("kill-9 broker-b")
-            await asyncio.to_thread(real.kill, "broker-b")
-            status = real.process("broker-b").returncode
+            status = await asyncio.to_thread(jvms.kill, "broker-b")
             load.simple_paused = False
-            await asyncio.sleep(6.0)
+            # Failover seen, not guessed: two seconds' worth of sends invoked after the kill succeeded,
+            # and the simple group consumed (broker-a's queues) after it.
+            await load.until(
+                lambda: (
+                    sum(1 for i, _ in _ok_times(load.push_rec) if i >= killed) >= 2 * RATE
+                    and _delivered_since(load.simple_rec, killed)
+                ),
+                timeout=60,
+            )
             # What was sent before broker-b died (whatever the send's outcome: under load an "unknown"
             # send is often stored) and not consumed by the simple group since.
             events = load.simple_rec.snapshot().events
             stranded = {e.payload_id for e in events if e.kind == "invoke" and e.t < killed} - {
                 e.payload_id for e in events if e.kind == "deliver"
             }
-            boot = await asyncio.to_thread(real.restart, "broker-b", timeout=RESTART_TIMEOUT)
+            boot = await asyncio.to_thread(jvms.restart, "broker-b", timeout=RESTART_TIMEOUT)
             up = load.heal("kill-9 broker-b")
-            await asyncio.sleep(3.0)
             await load.finish()
         assert status == -9, status
         reports = _judge(load, recovery_bound=15.0, crash=("broker-b", killed))
@@ -503,6 +585,7 @@ def test_r1_broker_b_killed_sends_move_to_broker_a_and_its_backlog_drains_after_
             "R1 kill -9 broker-b",
             **figures,
             send_errors=str(load.send_errors),
+            error_messages=str(load.error_messages),
             duplicates=str({k: r.duplicates for k, r in reports.items()}),
         )
         return figures
@@ -514,7 +597,7 @@ def test_r1_broker_b_killed_sends_move_to_broker_a_and_its_backlog_drains_after_
 
 
 @contextlib.asynccontextmanager
-async def _through_fault_proxy(cluster: RocketMQCluster) -> AsyncIterator[FaultProxy]:
+async def _through_fault_proxy(cluster: _Real) -> AsyncIterator[FaultProxy]:
     """A FaultProxy on a port of its own in front of the real proxy; with `useEndpointPortFromRequest`
     the proxy's routes name the address the client dialled, so every call of the client, routes
     included, goes through the FaultProxy."""
@@ -528,19 +611,19 @@ RECONNECT_BOUND = 30.0
 
 
 @pytest.mark.timeout(TEST_TIMEOUT, func_only=True)
-def test_r4_black_hole_connection_replaced_within_30s_and_receipts_settle(real: RocketMQCluster) -> None:
+def test_r4_black_hole_connection_replaced_within_30s_and_receipts_settle(shared: _Real) -> None:
     """R4: every byte between the clients and the real proxy is dropped (live connections and new ones, no
     FIN, no RST) for BLACKHOLE seconds, then the network heals for new connections only: the black-holed
     connections stay dead, so the client must notice (keepalive 10 s + 10 s, or two request timeouts in a
     row) and replace them. A send succeeds over a new connection within 30 s of the heal (P4), the
     connections the black hole held are closed by the client, and the messages whose acks or receive
     replies the black hole swallowed are acked or redelivered (P1 lost = 0, P2 within the window)."""
-    names = _fresh(real)
+    names = _fresh(shared)
     window = float(os.environ.get("THRUST_BLACKHOLE_S", BLACKHOLE))
 
     async def scenario() -> None:
-        async with _through_fault_proxy(real) as proxy, _Load(proxy.endpoint, names) as load:
-            await asyncio.sleep(3.0)
+        async with _through_fault_proxy(shared) as proxy, _Load(proxy.endpoint, names) as load:
+            assert await load.flowing(), "the load never got going"
             before = proxy.stats()
             start = load.fault("blackhole")
             proxy.set_mode(Blackhole())
@@ -548,7 +631,7 @@ def test_r4_black_hole_connection_replaced_within_30s_and_receipts_settle(real: 
             ok_during = [d for i, d in _ok_times(load.push_rec) if i >= start + REQUEST_TIMEOUT * 3 + 3]
             proxy.set_mode(PASS, scope="new")
             healed = load.heal("blackhole")
-            await asyncio.sleep(4.0)
+            await load.flowing(since=healed, timeout=RECONNECT_BOUND + 15)
             await load.finish()
             after = proxy.stats()
         # The fault bit: nothing got through while it lasted, and the client opened new connections.
@@ -575,23 +658,23 @@ LATENCY = 0.2
 
 
 @pytest.mark.timeout(TEST_TIMEOUT, func_only=True)
-def test_r5_slow_path_200ms_each_way_degrades_gracefully_calls_within_deadline(real: RocketMQCluster) -> None:
+def test_r5_slow_path_200ms_each_way_degrades_gracefully_calls_within_deadline(shared: _Real) -> None:
     """R5: 200 ms added to every chunk in both directions between the clients and the real proxy, under
     the same load. Sends still succeed (slower), both groups keep consuming, nothing is lost (P1, P2), and
     no call outlives its deadline + 1 s: a send ends within request timeout x attempts + backoff + 1 s
     (P3), a receive within its long-poll wait + request timeout + 1 s."""
-    names = _fresh(real)
+    names = _fresh(shared)
 
     async def scenario() -> None:
-        async with _through_fault_proxy(real) as proxy, _Load(proxy.endpoint, names) as load:
-            await asyncio.sleep(3.0)
+        async with _through_fault_proxy(shared) as proxy, _Load(proxy.endpoint, names) as load:
+            assert await load.flowing(), "the load never got going"
             fast = [d - i for i, d in _ok_times(load.push_rec)]
             start = load.fault("latency")
             proxy.set_mode(Latency(LATENCY))
             await asyncio.sleep(8.0)
             healed = load.heal("latency")
             proxy.set_mode(PASS)
-            await asyncio.sleep(2.0)
+            await load.flowing(since=healed)
             await load.finish()
         slow = [d - i for i, d in _ok_times(load.push_rec) if start + 1 <= i and d <= healed]
         assert slow, "no send succeeded on the slow path"
@@ -620,31 +703,33 @@ def test_r5_slow_path_200ms_each_way_degrades_gracefully_calls_within_deadline(r
 
 
 @pytest.mark.timeout(TEST_TIMEOUT, func_only=True)
-def test_r6_orphaned_half_messages_resolved_by_another_producers_checker(real: RocketMQCluster) -> None:
+def test_r6_orphaned_half_messages_resolved_by_another_producers_checker(shared: _Real) -> None:
     """R6: a producer sends half messages (one transaction each) and is closed without resolving them: its
     process died as far as the transactions are concerned. Under the usual load, a second producer on the
     same topic, started after the first one is gone, gets the broker's checks (RecoverOrphanedTransaction,
     after `transactionTimeOut` 3 s, every `transactionCheckInterval` 3 s) and commits every orphan; each
     one is then delivered to a consumer exactly once (P1), and nothing else (no rollback delivered). The
     same history also judges the load's normal messages."""
-    names = _fresh(real)
+    names = _fresh(shared)
     tx_topic = unique("rtx")
-    real.create_topic(tx_topic, "TRANSACTION", queues=2)
+    shared.create_topic(tx_topic, "TRANSACTION", queues=2)
     tx_group = unique("rtxg")
-    real.create_group(tx_group)
+    shared.create_group(tx_group)
     count = 6
 
     async def scenario() -> None:
         tx_rec = HistoryRecorder()
         asked: dict[str, float] = {}
+        asks: collections.Counter[str] = collections.Counter()
 
         def checker(m: thrust.ReceivedMessage) -> thrust.TransactionResolution:
             asked.setdefault(m.message_id, time.monotonic())
+            asks[m.message_id] += 1
             return thrust.TransactionResolution.COMMIT
 
-        async with _Load(real.endpoint, names) as load:
+        async with _Load(shared.endpoint, names) as load:
             orphaned = thrust.Producer(
-                endpoints=real.endpoint, topics=[tx_topic], request_timeout=REQUEST_TIMEOUT
+                endpoints=shared.endpoint, topics=[tx_topic], request_timeout=REQUEST_TIMEOUT
             )
             await orphaned.start()
             for i in range(count):
@@ -658,13 +743,13 @@ def test_r6_orphaned_half_messages_resolved_by_another_producers_checker(real: R
             died = load.fault("orphaned")
             async with (
                 thrust.Producer(
-                    endpoints=real.endpoint,
+                    endpoints=shared.endpoint,
                     topics=[tx_topic],
                     request_timeout=REQUEST_TIMEOUT,
                     transaction_checker=checker,
                 ) as rescuer,
                 thrust.SimpleConsumer(
-                    endpoints=real.endpoint,
+                    endpoints=shared.endpoint,
                     group=tx_group,
                     subscriptions={tx_topic: "*"},
                     await_duration=2,
@@ -685,8 +770,17 @@ def test_r6_orphaned_half_messages_resolved_by_another_producers_checker(real: R
             await load.finish()
         report = check(tx_rec)
         print(f"[tx] {report.summary}")
-        assert_report(report, "P1", "P2")
-        assert report.duplicates == 0, report.summary
+        assert_report(report, "P1")
+        # The broker writes a commit's op message in batches (`TransactionalOpBatchService`, every
+        # `transactionOpBatchInterval`, 3 s), so a check that runs before it is written asks about the
+        # same half message again, and a second COMMIT stores it a second time: apache/rocketmq's
+        # at-least-once for checked transactions. A duplicate is explained only by such a repeated ask
+        # about its message id; anything else fails.
+        counts = collections.Counter(
+            e.message_id or "?" for e in tx_rec.snapshot().events if e.kind == "deliver"
+        )
+        unexplained = {mid: n for mid, n in counts.items() if n > asks[mid]}
+        assert not unexplained, f"delivered more often than committed: {unexplained} (asks {dict(asks)})"
         assert len(asked) >= count, f"the checker was asked about {len(asked)} of {count} orphans"
         delivered = {e.payload_id: e.t for e in tx_rec.snapshot().events if e.kind == "deliver"}
         _judge(load, recovery_bound=15.0)
@@ -695,6 +789,8 @@ def test_r6_orphaned_half_messages_resolved_by_another_producers_checker(real: R
             first_check_after_death=min(asked.values()) - died,
             last_check_after_death=max(asked.values()) - died,
             all_delivered_after_death=max(delivered.values()) - died,
+            repeated_checks=sum(n - 1 for n in asks.values()),
+            duplicates=report.duplicates,
         )
 
     run(scenario, timeout=TEST_TIMEOUT - 20)
@@ -704,19 +800,19 @@ def test_r6_orphaned_half_messages_resolved_by_another_producers_checker(real: R
 
 
 @pytest.mark.timeout(TEST_TIMEOUT, func_only=True)
-def test_r7_second_push_consumer_joins_and_leaves_nothing_lost(real: RocketMQCluster) -> None:
+def test_r7_second_push_consumer_joins_and_leaves_nothing_lost(shared: _Real) -> None:
     """R7: under load, a second PushConsumer joins the push group, takes part of the traffic, and is
     closed again (NotifyClientTermination: the proxy makes what it held visible again after 1 s). The
     group as a whole gets every acknowledged send (P1), the duplicates stay within the window of what was
     in flight when a member joined or left (P2), and the newcomer really consumed while it was in."""
-    names = _fresh(real)
+    names = _fresh(shared)
 
     async def scenario() -> None:
-        async with _Load(real.endpoint, names) as load:
-            await asyncio.sleep(3.0)
+        async with _Load(shared.endpoint, names) as load:
+            assert await load.flowing(), "the load never got going"
             joined = load.fault("join")
             second = thrust.PushConsumer(
-                endpoints=real.endpoint,
+                endpoints=shared.endpoint,
                 group=names.push_group,
                 subscriptions={names.topic: "*"},
                 listener=lambda m: load.on_push(m, consumer="push2"),
@@ -724,11 +820,24 @@ def test_r7_second_push_consumer_joins_and_leaves_nothing_lost(real: RocketMQClu
             )
             await second.start()
             load.heal("join")
-            await asyncio.sleep(8.0)
+
+            def delivered_to(actor: str, since: float) -> int:
+                return sum(
+                    1
+                    for e in load.push_rec.snapshot().events
+                    if e.kind == "deliver" and e.actor == actor and e.t >= since
+                )
+
+            # Both members consume: the newcomer got a share (the proxy's pop hands each receive what
+            # it finds, so both get traffic while both are in) and the first one went on.
+            await load.until(
+                lambda: delivered_to("push2", joined) >= 2 * RATE and delivered_to("push", joined) >= RATE,
+                timeout=60,
+            )
             left = load.fault("leave")
             await second.close()
             load.heal("leave")
-            await asyncio.sleep(4.0)
+            await load.until(lambda: delivered_to("push", left) >= RATE, timeout=60)
             await load.finish()
         events = load.push_rec.snapshot().events
         by = {"push": 0, "push2": 0}
