@@ -19,6 +19,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "thrust.cli.perf",
     "thrust.cli.bench",
     "thrust.cli.cluster",
+    "thrust.cli.messages",
 )
 
 
