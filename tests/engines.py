@@ -11,11 +11,8 @@ or, when pytest runs on its own, one started by this session (tests/conftest.py)
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import itertools
 import os
-import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -23,9 +20,8 @@ from typing import Any
 
 from thrust.cluster import ClusterInfo, RemotingAdmin
 from thrust.cluster.process import wait_routable
-from thrust.server.app import ServerConfig
 from thrust.server.core.model import MessageType, RetryPolicy
-from thrust.server.service import EmbeddedServer
+from thrust.testing import ServerThread
 
 _RUN = uuid.uuid4().hex[:6]
 _serial = itertools.count(1)
@@ -83,35 +79,12 @@ def real_engine(info: ClusterInfo) -> Engine:
     return Engine("rocketmq", info.endpoint, 10.0, 5.0, create_topic, create_group)
 
 
-class EmbeddedInThread:
-    """An `EmbeddedServer` on its own event loop in a daemon thread, shared by a whole session.
-
-    Tests run their own loops (`asyncio.run`); the server must outlive them, so it gets a loop of its
-    own. Its catalogue is only touched on that loop (`call`).
-    """
+class EmbeddedInThread(ServerThread):
+    """The embedded server on its own loop thread (`thrust.testing.ServerThread`), shared by a whole
+    session, as strict as the proxy about unknown topics (no auto-create)."""
 
     def __init__(self, **options: Any) -> None:
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="embedded-engine", daemon=True)
-        self._thread.start()
-        config = ServerConfig(host="127.0.0.1", port=0, auto_create_topics=False, **options)
-        self.server = EmbeddedServer(config)
-        self._run(self.server.start())
-
-    def _run(self, coro: Any) -> Any:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(60)
-
-    def call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-
-        def invoke() -> None:
-            try:
-                future.set_result(fn(*args, **kwargs))
-            except BaseException as exc:
-                future.set_exception(exc)
-
-        self._loop.call_soon_threadsafe(invoke)
-        return future.result(10)
+        super().__init__(auto_create=False, **options)
 
     def engine(self) -> Engine:
         catalog = self.server.catalog
@@ -124,9 +97,3 @@ class EmbeddedInThread:
             self.call(catalog.create_group, name, fifo=fifo, retry=retry)
 
         return Engine("embedded", self.server.endpoints[0], 10.0, 5.0, create_topic, create_group)
-
-    def close(self) -> None:
-        self._run(self.server.stop(grace=None))
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-        self._loop.close()

@@ -8,6 +8,13 @@ In-process, on free ports of 127.0.0.1 (state in memory only):
         ...
         assert srv.stats.calls["AckMessage"] == 1
 
+On a thread of its own (its own event loop), for synchronous tests or tests that run several
+`asyncio.run`s; this is what the pytest plugin's `thrust_server` fixture gives:
+
+    with thrust.testing.ServerThread(topics=["orders"], groups=["billing"]) as srv:
+        srv.endpoint                 # "127.0.0.1:PORT"
+        srv.call(srv.faults.fail_next, "SendMessage", "TOO_MANY_REQUESTS")   # on the server's loop
+
 In a subprocess (`python -m thrust.cli.main serve ...`), for tests that kill -9, pause or restart it:
 
     with thrust.testing.ServerProcess(brokers=2, groups=["g:max-attempts=2"]) as proc:
@@ -23,6 +30,8 @@ This module never imports the thrust client.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
 import os
 import signal
@@ -46,6 +55,7 @@ __all__ = [
     "GroupSpec",
     "Rpc",
     "ServerProcess",
+    "ServerThread",
     "Stats",
     "TopicSpec",
     "embedded_server",
@@ -83,7 +93,48 @@ async def embedded_server(
     without `--auto-create`. The server object exposes `endpoints` (`"127.0.0.1:PORT"` per broker),
     `ports`, `brokers`, `catalog`, `faults` and `stats`.
     """
-    config = ServerConfig(
+    config = _server_config(
+        topics=topics,
+        groups=groups,
+        brokers=brokers,
+        auto_create=auto_create,
+        credentials=credentials,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        host=host,
+        port=port,
+        default_queues=default_queues,
+        transaction_check_after=transaction_check_after,
+        transaction_check_interval=transaction_check_interval,
+        client_expiry=client_expiry,
+        **options,
+    )
+    server = EmbeddedServer(config, faults=faults)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop(grace=None)
+
+
+def _server_config(
+    *,
+    topics: Iterable[str | TopicSpec] = (),
+    groups: Iterable[str | GroupSpec] = (),
+    brokers: int = 1,
+    auto_create: bool = True,
+    credentials: Mapping[str, str] | None = None,
+    tls_cert: bytes | None = None,
+    tls_key: bytes | None = None,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    default_queues: int = 4,
+    transaction_check_after: float = 6.0,
+    transaction_check_interval: float = 6.0,
+    client_expiry: float = 120.0,
+    **options: Any,
+) -> ServerConfig:
+    return ServerConfig(
         host=host,
         port=port,
         brokers=brokers,
@@ -99,12 +150,86 @@ async def embedded_server(
         client_expiry=client_expiry,
         **options,
     )
-    server = EmbeddedServer(config, faults=faults)
-    await server.start()
-    try:
-        yield server
-    finally:
-        await server.stop(grace=None)
+
+
+class ServerThread:
+    """An `EmbeddedServer` on its own event loop in a daemon thread, started by the constructor.
+
+    The keyword arguments are `embedded_server`'s (topics, groups, brokers, auto_create, faults, ...).
+    Tests on any thread, with or without their own event loop, connect to `endpoint`. The server's state
+    (`faults`, `catalog`, `stats`) belongs to its loop: change it through `call`, which runs a function
+    there and returns its result. `close()` (or leaving the `with` block) stops it; it is idempotent.
+    """
+
+    def __init__(self, *, faults: Faults | None = None, **options: Any) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="thrust-embedded-server", daemon=True
+        )
+        self._thread.start()
+        self.server = EmbeddedServer(_server_config(**options), faults=faults)
+        self._closed = False
+        try:
+            self._run(self.server.start())
+        except BaseException:
+            self._stop_loop()
+            raise
+
+    @property
+    def endpoints(self) -> list[str]:
+        """`"127.0.0.1:PORT"` per broker; the first is the access point."""
+        return list(self.server.endpoints)
+
+    @property
+    def endpoint(self) -> str:
+        return self.server.endpoints[0]
+
+    @property
+    def faults(self) -> Faults:
+        return self.server.faults
+
+    @property
+    def stats(self) -> Stats:
+        return self.server.stats
+
+    def _run(self, coro: Any, timeout: float = 60.0) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout)
+
+    def call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """`fn(*args, **kwargs)` on the server's loop; its result (or its exception, raised here)."""
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        def invoke() -> None:
+            try:
+                future.set_result(fn(*args, **kwargs))
+            except BaseException as exc:  # handed to the caller's thread
+                future.set_exception(exc)
+
+        self._loop.call_soon_threadsafe(invoke)
+        return future.result(30)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._run(self.server.stop(grace=None))
+        finally:
+            self._stop_loop()
+
+    def _stop_loop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+    def __enter__(self) -> ServerThread:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
 
 
 class ServerProcess:
