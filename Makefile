@@ -22,8 +22,8 @@ demo: $(STAMP)
 	$(BIN)/python -m thrust.cli.demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests scripts
-	$(BIN)/ruff format --check src tests scripts
+	$(BIN)/ruff check src tests scripts examples
+	$(BIN)/ruff format --check src tests scripts examples
 
 typecheck: $(STAMP)
 	$(BIN)/mypy src/thrust

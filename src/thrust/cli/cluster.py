@@ -33,7 +33,7 @@ run downloads ~100 MB of jars into ~/.cache/thrust/rocketmq (or $THRUST_ROCKETMQ
 --mode both: one of each (the test suite's setting).
 
 gRPC clients never create topics, and the proxy refuses consumers of unknown groups: give each topic with
---topic NAME[:TYPE] (TYPE NORMAL, FIFO, DELAY, TRANSACTION or MIXED) and each group with --group
+--topic NAME[:TYPE] (TYPE NORMAL, FIFO, DELAY, TRANSACTION, PRIORITY or MIXED) and each group with --group
 NAME[:fifo]; mqadmin creates them. Without --topic and --group it creates {", ".join(STANDARD_TOPICS)}
 and the groups {", ".join(STANDARD_GROUPS)}.
 

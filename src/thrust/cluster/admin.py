@@ -31,7 +31,7 @@ UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: Final = 200
 _RESPONSE_FLAG: Final = 1  # RemotingCommand RPC_TYPE bit: set on replies
 _SUCCESS: Final = 0
 
-MESSAGE_TYPES: Final = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")
+MESSAGE_TYPES: Final = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "PRIORITY", "MIXED")
 """Values of the topic attribute `message.type` (apache/rocketmq `common/.../TopicMessageType.java`)."""
 
 

@@ -304,7 +304,7 @@ class RocketMQCluster:
         mode: `"local"` (namesrv + a local-mode proxy with its broker inside) or `"cluster"` (namesrv,
             two brokers, a cluster-mode proxy).
         topics: created with `mqadmin updateTopicList` at start, as `NAME` or `NAME:TYPE` (TYPE one of
-            NORMAL, FIFO, DELAY, TRANSACTION, MIXED).
+            NORMAL, FIFO, DELAY, TRANSACTION, PRIORITY, MIXED).
         groups: created with `mqadmin updateSubGroupList` at start, as `NAME` or `NAME:fifo`.
         version: the RocketMQ release (default: `ROCKETMQ_VERSION`).
         proxy_config: extra `rmq-proxy.json` keys over the harness's
