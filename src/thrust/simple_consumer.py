@@ -140,6 +140,11 @@ class SimpleConsumer:
         """A copy of the current subscriptions."""
         return dict(self._subscriptions)
 
+    @property
+    def client_id(self) -> str | None:
+        """The `x-mq-client-id` this consumer presents, once started (None before)."""
+        return self._session.client_id if self._session is not None else None
+
     async def start(self) -> None:
         """Fetch routes, open sessions and announce the subscriptions; idempotent (`async with` calls it)."""
         if self._closed:

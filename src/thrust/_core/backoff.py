@@ -159,9 +159,12 @@ class Backoff:
         self._failures = 0
 
 
-# Java renews a broken telemetry stream after 1 s (reference §4.8); we start faster and cap at the same
-# order of magnitude as the heartbeat period so that a restarted proxy is found again quickly.
-RECONNECT_BACKOFF = BackoffPolicy(initial=0.1, maximum=10.0, multiplier=2.0)
+# Java renews a broken telemetry stream 1 s after it failed, every time (apache/rocketmq-clients
+# java/.../impl/ClientSessionImpl.java, REQUEST_OBSERVER_RENEW_BACKOFF_DELAY). We start faster and cap at
+# that 1 s: the stream carries the Settings the proxy needs for every receive, and a restarted proxy knows
+# none (its ReceiveMessageActivity fails every receive until they arrive). With a 10 s cap, a proxy down
+# for 20 s left the simple consumer failing for up to 10 s after it was back (docs/reliability.md, R2).
+RECONNECT_BACKOFF = BackoffPolicy(initial=0.1, maximum=1.0, multiplier=2.0)
 
 # Java retries a failed ack every 1 s forever (reference §4.7); per-entry capped exponential backoff keeps a
 # transient failure cheap (first retry after 100 ms) while a dead broker is not hammered (cap 2 s). Every

@@ -31,6 +31,7 @@ from typing import Any, TypeVar
 
 from thrust import errors
 from thrust._codec import convert
+from thrust._codec.status import Code
 from thrust._core.endpoints import Endpoint
 from thrust._core.routes import Isolation, RouteCache, RouteQueue, TopicRoute
 from thrust._core.settings import ClientSettings, ServerSettings, merge
@@ -587,6 +588,14 @@ class ClientSession:
         for ep, result in zip(endpoints, results, strict=True):
             if isinstance(result, BaseException):
                 logger.info("heartbeat to %s failed: %s", ep, result)
+                if isinstance(result, ThrustError) and result.code == Code.UNRECOGNIZED_CLIENT_TYPE:
+                    # The server has no Settings of ours (a restarted proxy, or one that expired us):
+                    # reopen the stream that carries them now, not when its backoff or the 5 min
+                    # settings sync comes round; receives fail until they arrive (proxy
+                    # ReceiveMessageActivity reads them for every receive).
+                    stream = self.telemetry(ep)
+                    if stream is not None:
+                        stream.reconnect()
 
     async def _sync_settings(self) -> None:
         for ep in self.open_sessions():
