@@ -87,7 +87,7 @@ class EmbeddedInThread:
     """An `EmbeddedServer` on its own event loop in a daemon thread, shared by a whole session.
 
     Tests run their own loops (`asyncio.run`); the server must outlive them, so it gets a loop of its
-    own. Its catalogue is only touched on that loop (`call`).
+    own. Its topics and groups are only touched on that loop (`call`).
     """
 
     def __init__(self, **options: Any) -> None:

@@ -9,7 +9,8 @@
     ) as consumer:
         await asyncio.sleep(60)
 
-How it avoids the six hot-path faults of the Rust push consumer (seed 000; reference §5.2):
+How it avoids the six hot-path faults of the Rust push consumer (docs/protocol.md §9.2; bench
+scenarios 1-5b, docs/benchmarks.md#scenarios):
 
 1. Acks never stand between two messages: a consumed message's ack goes into an `AckBatcher`
    (`thrust._core.ack`) keyed by (endpoint, group, topic), sent as one multi-entry AckMessage when a batch
@@ -31,7 +32,7 @@ How it avoids the six hot-path faults of the Rust push consumer (seed 000; refer
    awaits an event when the cache is full (no recursion, no polling) and runs several receives per queue
    while there is room.
 
-And (seed 000 item 5a again) a receive's first message goes to the listener as soon as the stream delivers
+And (scenario 5a again) a receive's first message goes to the listener as soon as the stream delivers
 it, not once the whole batch has been read (`_Stream`: Java acts on completion; why thrust does not).
 """
 
@@ -82,8 +83,9 @@ logger = logging.getLogger("thrust.consumer")
 MiB = 1024 * 1024
 
 # How long a consumed message's ack (or nack) keeps being retried. Push receives use auto_renew, so the
-# proxy holds the message invisible with its default 60 s invisible time and renews it (reference §7.5 step
-# 3, §7.6); an entry still failing after that long is given up rather than retried forever (seed 000 item 4).
+# proxy holds the message invisible with its default 60 s invisible time and renews it
+# (docs/protocol.md §6.3, §7.2); an entry still failing after that long is given up rather than retried
+# forever (bench scenario 4).
 ACK_RETRY_WINDOW = 60.0
 
 # Close nacks the messages it never started with this invisible duration, so that the rest of the group gets
@@ -105,21 +107,21 @@ class _Delivery:
 
 
 class _Stream:
-    """The messages of one ReceiveMessage stream on their way to the listener (seed 000 item 5a).
+    """The messages of one ReceiveMessage stream on their way to the listener (bench scenario 5a).
 
-    Java acts on a ReceiveMessage only once its stream has completed (reference §1.3: the response observer
-    collects the messages and completes the receive in `onCompleted`), and thrust did the same. But the
-    server writes the status first and then one message per gRPC write, and each message is final once
+    Java acts on a ReceiveMessage only once its stream has completed (docs/protocol.md §6.4: the response
+    observer collects the messages and completes the receive in `onCompleted`), and thrust did the same. But
+    the server writes the status first and then one message per gRPC write, and each message is final once
     written; reading a 32-message stream to its end takes several ms, during which an idle queue's listener
     has nothing to do (scenario 5a: the first message reached the client after ~4 ms and the listener after
     ~10 ms). So thrust deviates: the *first* message after the OK status is decoded, cached and handed to the
     listener pool at once (`ClientSession.receive(..., on_message=)`), and the rest are held and handed over
-    together when the stream ends. That is at most two hand-offs per receive, never one per message: the
-    seed-003 rule that nothing crosses a thread per message when it can cross per batch still holds (a
-    second chunk per burst, flushed by `call_soon`, would not help: gRPC resumes the reader once per
-    message, so it would flush after every message). The process queue accounts the first message as a
-    partial result (`ProcessQueue.on_partial`). FIFO order holds: the stream is in order, and the sequencer
-    chains the rest behind the first.
+    together when the stream ends. That is at most two hand-offs per receive, never one per message: the rule
+    of scenario 6 that nothing crosses a thread per message when it can cross per batch still holds (a second
+    chunk per burst, flushed by `call_soon`, would not help: gRPC resumes the reader once per message, so it
+    would flush after every message). The process queue accounts the first message as a partial result
+    (`ProcessQueue.on_partial`). FIFO order holds: the stream is in order, and the sequencer chains the rest
+    behind the first.
     """
 
     __slots__ = ("consumer", "held", "queue", "ticket")
@@ -417,7 +419,7 @@ class PushConsumer:
         """Fetch routes, start the listener pool and one assignment scan per topic; idempotent.
 
         Returns once every topic's route is known; sessions with brokers open in the background, each queue
-        waiting only for its own broker (seed 000 item 3)."""
+        waiting only for its own broker (bench scenario 3)."""
         if self._closing:
             raise ClientClosedError("the consumer is closed")
         if self._start_task is None:
@@ -463,7 +465,7 @@ class PushConsumer:
         await session.start(())
         self._route_changed = {t: asyncio.Event() for t in self.subscriptions}
         session.add_route_listener(self._on_route_change)
-        # Routes only: a broker slow to answer Settings must not hold up the others (seed 000 item 3).
+        # Routes only: a broker slow to answer Settings must not hold up the others (bench scenario 3).
         await asyncio.gather(*(session.route(t) for t in self.subscriptions))
         for topic in self.subscriptions:
             self._scanners[topic] = asyncio.get_running_loop().create_task(
@@ -482,7 +484,7 @@ class PushConsumer:
     async def close(self) -> None:
         """Stop receiving, let running listeners finish (`shutdown_grace`), flush acks, leave the group.
 
-        Order (reference §4.11): scans stop and every queue's receives are cancelled; the listener pool
+        Order (docs/protocol.md §8.4): scans stop and every queue's receives are cancelled; the listener pool
         stops taking new messages and waits for running calls; acks, nacks and dead-letter forwards are sent
         at once and awaited (bounded by the request timeout); the session sends NotifyClientTermination and
         closes its streams and channels. Idempotent; concurrent callers await the same shutdown."""
@@ -539,7 +541,7 @@ class PushConsumer:
         if self._session is not None:
             await self._session.close(self.config.request_timeout + 1.0)
 
-    # -- assignments (seed items 5a, 5b) --------------------------------------------------------------------
+    # -- assignments (bench scenarios 5a, 5b) ------------------------------------------------------------
 
     async def _scan_loop(self, topic: str) -> None:
         """Scan `topic` every `scan_interval`, and at once when the session reports a route change."""
@@ -581,7 +583,7 @@ class PushConsumer:
         changed.set()
 
     async def _query_assignment(self, topic: str, route: TopicRoute) -> list[RouteQueue]:
-        """The queues QueryAssignment assigns to this client for `topic` (reference §4.4, §7.4)."""
+        """The queues QueryAssignment assigns to this client for `topic` (docs/protocol.md §3.3, §3.4)."""
         session = self.session
         endpoint = self._selector.pick(route, session.access_point)
         if endpoint is None:
@@ -601,7 +603,7 @@ class PushConsumer:
         self._apply_assignment(topic, assigned)
 
     def _apply_assignment(self, topic: str, assigned: Sequence[RouteQueue]) -> None:
-        """Drop and create only this topic's queues (seed 000 item 5b)."""
+        """Drop and create only this topic's queues (bench scenario 5b)."""
         now = time.monotonic()
         by_id = {q.id: q for q in assigned if q.topic == topic and q.readable}
         expired = [qid for qid in self._table.queues(topic) if self._queues[qid].pq.expired(now)]
@@ -633,7 +635,7 @@ class PushConsumer:
         q.runner = asyncio.get_running_loop().create_task(self._run_queue(q), name=f"thrust-queue-{qid}")
 
     def _drop_queue(self, q: _Queue) -> None:
-        """Stop receiving at once: cancel in-flight long polls (seed 000 item 5a). Messages already taken
+        """Stop receiving at once: cancel in-flight long polls (bench scenario 5a). Messages already taken
         from the queue are still consumed and acked; FIFO messages not started yet are left to redelivery."""
         if q.pq.dropped:
             return
@@ -659,7 +661,7 @@ class PushConsumer:
                 batcher.cap_deadline(entry, bound)
             q.settling.clear()
 
-    # -- receiving (seed item 6) ----------------------------------------------------------------------------
+    # -- receiving (bench scenario 6) -----------------------------------------------------------------------
 
     async def _run_queue(self, q: _Queue) -> None:
         """Start receives while the plan allows, else await the queue's event. No polling, no recursion."""
@@ -765,7 +767,8 @@ class PushConsumer:
         q.event.set()
 
     def _corrupted(self, q: _Queue, bad: Sequence[convert.Corrupted]) -> None:
-        # Java: a corrupted standard message is nacked, a corrupted FIFO one dead-lettered (reference §4.5).
+        # Java: a corrupted standard message is nacked, a corrupted FIFO one dead-lettered
+        # (docs/protocol.md §6.6).
         logger.warning("%d corrupted message(s) from %s (%s)", len(bad), q.id, bad[0].reason)
         settings = self.session.settings
         for c in bad:
@@ -792,19 +795,19 @@ class PushConsumer:
         q.in_listener += len(ready)
         executor.submit(ready)
 
-    # -- results (seed items 1, 4, 7) ----------------------------------------------------------------------
+    # -- results (bench scenarios 1, 4, 7) ----------------------------------------------------------------
 
     def _on_results(self, results: list[tuple[_Delivery, bool]]) -> None:
         """All results since the last wake-up, on the loop: acks, nacks, FIFO retries.
 
         A message keeps its cache slot until its ack (nack, dead-letter forward) settles, as Java evicts from
-        its process queue only when the ack completes (reference §4.5, §4.7): acks that cannot keep up then
+        its process queue only when the ack completes (docs/protocol.md §8.3): acks that cannot keep up then
         hold back receiving instead of piling up in the batcher until it overflows. The listener is never
-        held back while the cache has room (seed 000 item 1).
+        held back while the cache has room (bench scenario 1).
 
         A FIFO message stays at the head of its chain until its ack or dead-letter forward has settled on
         the server (`_heads_settled`), as Java's `FifoConsumeService` submits the next message only when
-        `eraseFifoMessage` completes (reference §4.6)."""
+        `eraseFifoMessage` completes (docs/protocol.md §7.6)."""
         now = time.monotonic()
         acks = self._acks
         assert acks is not None and self._executor is not None
@@ -849,7 +852,8 @@ class PushConsumer:
         return entry
 
     def _nack(self, d: _Delivery, deadline: float) -> None:
-        """FAILURE: ChangeInvisibleDuration by the server's backoff for this delivery attempt (§4.7)."""
+        """FAILURE: ChangeInvisibleDuration by the server's backoff for this delivery attempt
+        (docs/protocol.md §7.4)."""
         m = d.message
         assert self._nacks is not None
         delay = self.session.settings.retry_policy.next_delay(max(1, m.delivery_attempt))
@@ -1141,8 +1145,8 @@ class _PushTelemetry(TelemetryHandler):
         self, endpoint: Endpoint, command: spb.VerifyMessageCommand
     ) -> tuple[int, str]:
         """Consume the message once with the listener, never ack it; OK when the listener returns SUCCESS
-        (or None), else FAILED_TO_CONSUME_MESSAGE (Java PushConsumerImpl via its consume service: reference
-        §1.2, §4.8).
+        (or None), else FAILED_TO_CONSUME_MESSAGE (Java PushConsumerImpl via its consume service:
+        docs/protocol.md §4.4).
 
         Off the hot path (an operator's console command), so it runs alone: a plain-function listener on a
         worker thread of the loop's default executor, never on the loop itself."""
@@ -1173,7 +1177,8 @@ class _PushTelemetry(TelemetryHandler):
         fifo = c._session.settings.fifo
         c._budget.max_receives_in_flight = 1 if fifo else c._receives_per_queue
         if c._acks is not None:
-            # A FIFO group's next message waits for each ack (reference §4.6): no linger, FIFO retry schedule.
+            # A FIFO group's next message waits for each ack (docs/protocol.md §7.6): no linger, FIFO retry
+            # schedule.
             c._acks.batcher.config = fifo_settle_config(c._ack_config) if fifo else c._ack_config
         for q in c._queues.values():
             q.event.set()

@@ -4,9 +4,9 @@ Thin on purpose: every decision about messages lives in `thrust.server.core` (pu
 this module validates requests with the shared validators, translates protobuf, runs the clock
 (a timer at the brokers' `next_event_time`), holds long polls and owns the Telemetry streams.
 
-Wire behaviour follows the Apache RocketMQ proxy (reference 7, checklist 7.8):
+Wire behaviour follows the Apache RocketMQ proxy (docs/protocol.md §2-§7):
 
-- every unary RPC and ReceiveMessage ends with gRPC OK; the outcome is `Status` in the body (7.1);
+- every unary RPC and ReceiveMessage ends with gRPC OK; the outcome is `Status` in the body;
   Telemetry alone uses gRPC codes (INVALID_ARGUMENT for PUBSUB_NOT_SET);
 - `BrokerError` / `Invalid` become their status code; anything unexpected INTERNAL_SERVER_ERROR
   (the proxy's catch-all 50001), never a gRPC INTERNAL;
@@ -74,7 +74,7 @@ def _ms(seconds: float) -> int:
 
 
 def _server_options(config: ServerConfig) -> list[tuple[str, Any]]:
-    """grpc.aio server arguments: the transport limits of catalogue S8 and S12 from `config`."""
+    """grpc.aio server arguments: the transport limits S8 and S12 (docs/reliability.md §5)."""
     options: list[tuple[str, Any]] = [
         # S8: bounded inbound messages (the proxy's grpcMaxInboundMessageSize, 130 MiB by default).
         ("grpc.max_receive_message_length", config.max_inbound_message_size),
@@ -101,7 +101,8 @@ def _server_options(config: ServerConfig) -> list[tuple[str, Any]]:
         ("grpc.server.max_pending_requests_hard_limit", _MAX_PENDING_CALLS),
     ]
     if config.idle_timeout:
-        # S8: the proxy closes a connection without calls after maxConnectionIdle (120 s, reference 2).
+        # S8: the proxy closes a connection without calls after maxConnectionIdle (120 s,
+        # docs/protocol.md §2.6).
         options.append(("grpc.max_connection_idle_ms", _ms(config.idle_timeout)))
     if config.keepalive_time:
         # S12: ping a silent connection and close it when the ack does not come, so a half-open peer's
@@ -135,7 +136,8 @@ def _error_status(exc: Invalid | BrokerError) -> d.Status:
 
 
 def _combined(codes: Sequence[int]) -> d.Status:
-    """The top-level status of a multi-entry answer: the shared code, or MULTIPLE_RESULTS (reference 7.7)."""
+    """The top-level status of a multi-entry answer: the shared code, or MULTIPLE_RESULTS
+    (docs/protocol.md §7.3)."""
     if len(codes) == 1 and codes[0] == _OK:
         return _STATUS_OK
     first: int | None = None
@@ -187,7 +189,7 @@ class _Session:
 
 class _Client:
     """What the server remembers of a client id between its calls: when it was last heard from (any call
-    or Telemetry command; upstream expires a channel after `channelExpiredTimeout`, reference 7.2) and
+    or Telemetry command; upstream expires a channel after `channelExpiredTimeout`, docs/protocol.md §4.7) and
     its parked long polls, answered at once when it expires."""
 
     __slots__ = ("expired", "last_seen", "polls")
@@ -233,7 +235,7 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
             result = work(caller)
         except (Invalid, BrokerError) as exc:
             result = fail(_error_status(exc))
-        except Exception as exc:  # the proxy's catch-all (reference 7.1): never a gRPC INTERNAL
+        except Exception as exc:  # the proxy's catch-all (docs/protocol.md §2.2): not gRPC INTERNAL
             logger.exception("%s failed", rpc.value)
             result = fail(_status(Code.INTERNAL_SERVER_ERROR, f"{type(exc).__name__}: {exc}"))
         if action is not None and action.drop:
@@ -342,7 +344,7 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
                         mq.broker.CopyFrom(broker_pb)
                 return response
             # Non-FIFO groups: one "acting queue" id -1 per broker, load balanced by pop; FIFO groups:
-            # one assignment per queue. The same list for every client (reference 7.4).
+            # one assignment per queue. The same list for every client (docs/protocol.md §3.3).
             ids = range(info.queues) if group.fifo else (-1,)
             for broker_pb in self._server.topic_brokers(request.endpoints, info):
                 for qid in ids:
@@ -368,7 +370,7 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
         def work(caller: Caller) -> s.HeartbeatResponse:
             if request.HasField("group") and request.group.name:
                 check_group(request.group.name)
-            # The proxy answers from the settings Telemetry stored (reference 7.2).
+            # The proxy answers from the settings Telemetry stored (docs/protocol.md §4.1).
             if self._server.client_settings(caller.client_id) is None:
                 return s.HeartbeatResponse(
                     status=_status(
@@ -526,7 +528,7 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
         if _undecodable(request):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "request cannot be decoded")
         action = self._faults.on_call(Rpc.RECEIVE_MESSAGE, self._index)
-        # Bounded record of attempt ids, so tests can check a client's retry reuses one (catalogue F14).
+        # Bounded record of attempt ids, so tests can check a client's retry reuses one (F14).
         self._faults.stats.record_receive(
             self._index,
             request.group.name,
@@ -569,7 +571,7 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
                 yield s.ReceiveMessageResponse(status=_status(Code.MESSAGE_NOT_FOUND, "no new message"))
         else:
             yield s.ReceiveMessageResponse(status=status)
-        # The proxy writes delivery_timestamp last, in onComplete (reference 1.3).
+        # The proxy writes delivery_timestamp last, in onComplete (docs/protocol.md §6.4).
         yield s.ReceiveMessageResponse(delivery_timestamp=timestamp(time.time()))
 
     async def _receive(
@@ -581,7 +583,7 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
         client = self._server.seen(caller.client_id)
         settings = self._server.client_settings(caller.client_id)
         request_timeout = settings.request_timeout if settings is not None else DEFAULT_REQUEST_TIMEOUT
-        # Polling time: the request's, clamped to [5 s, 20 s], within the deadline (reference 7.5 step 2).
+        # Polling time: the request's, clamped to [5 s, 20 s], within the deadline (docs/protocol.md §6.2).
         remaining = context.time_remaining()
         polling = check_polling_time(
             duration_seconds(request.long_polling_timeout)
@@ -613,8 +615,8 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
         batch = request.batch_size
         batch = MAX_BATCH_SIZE if batch <= 0 else min(batch, MAX_BATCH_SIZE)
         # The proxy pops the broker's acting queue (-1) whatever the request's queue id says, FIFO groups
-        # included (reference 7.4: ReceiveMessageQueueSelector maps the broker name to queue -1). Clients
-        # rely on it: the official SimpleConsumer names a random route queue on every receive.
+        # included (docs/protocol.md §3.3: ReceiveMessageQueueSelector maps the broker name to queue -1).
+        # Clients rely on it: the official SimpleConsumer names a random route queue on every receive.
         queue_id = -1
         mq = request.message_queue
         broker = self._broker
@@ -927,7 +929,7 @@ class MessagingServicer(g.MessagingServiceServicer):  # type: ignore[misc]
                     try:
                         reply = server.apply_settings(session.client_id, command.settings)
                     except Invalid as exc:
-                        if exc.code == Code.BAD_REQUEST:  # PUBSUB_NOT_SET (reference 7.2)
+                        if exc.code == Code.BAD_REQUEST:  # PUBSUB_NOT_SET (docs/protocol.md §2.2)
                             session.abort = (grpc.StatusCode.INVALID_ARGUMENT, exc.message)
                             break
                         reply = s.TelemetryCommand(status=_error_status(exc))
@@ -984,8 +986,8 @@ class EmbeddedServer:
             and not config.tls_cert
             and not config.insecure_allow_remote
         ):
-            # Catalogue S7: the signature covers only x-mq-date-time, so over plaintext anyone on the path
-            # can replay a captured header (within the date-time window).
+            # S7 (docs/reliability.md §5): the signature covers only x-mq-date-time, so over plaintext anyone
+            # on the path can replay a captured header (within the date-time window).
             raise ValueError(
                 f"refusing to accept signed requests over plaintext on non-loopback address {host!r}: "
                 "signatures can be captured and replayed; set tls_cert/tls_key or insecure_allow_remote"
@@ -1163,7 +1165,7 @@ class EmbeddedServer:
 
     def route_brokers(self, requested: d.Endpoints) -> list[d.Broker]:
         """Every broker as `Broker{name, id 0, endpoints}`: the host the client dialed (from the
-        request's endpoints, reference 7.3) with that broker's port."""
+        request's endpoints, docs/protocol.md §3.2) with that broker's port."""
         host: str | None = None
         scheme = 0
         if requested.addresses:
@@ -1195,7 +1197,7 @@ class EmbeddedServer:
         return list(self._sessions)
 
     def apply_settings(self, client_id: str, reported: d.Settings) -> s.TelemetryCommand:
-        """Validate and merge a client's Settings; the reply to send (reference 7.2)."""
+        """Validate and merge a client's Settings; the reply to send (docs/protocol.md §4.1, §4.2)."""
         group_info = None
         if reported.WhichOneof("pub_sub") == "subscription" and reported.subscription.group.name:
             check_group(reported.subscription.group.name)
@@ -1234,7 +1236,7 @@ class EmbeddedServer:
                 del self._sessions[session.client_id]
                 if self._started and self._loop is not None:
                     # Keep the client's auto-renewed messages for a while: it may reconnect (the
-                    # proxy expires a channel after 120 s without heartbeat, reference 7.2).
+                    # proxy expires a channel after 120 s without heartbeat, docs/protocol.md §4.7).
                     self._expiry[session.client_id] = self._loop.call_later(
                         self.config.client_expiry, self._expire_client, session.client_id
                     )
@@ -1249,14 +1251,14 @@ class EmbeddedServer:
 
     def terminate_client(self, client_id: str) -> bool:
         """NotifyClientTermination: forget the client's settings and release its in-flight messages
-        (visible again after ~1 s, reference 7.2). False when the client had no settings."""
+        (visible again after ~1 s, docs/protocol.md §4.7). False when the client had no settings."""
         known = self._settings.pop(client_id, None) is not None
         self._clients.pop(client_id, None)
         self._release(client_id)
         return known
 
     # ------------------------------------------------------------------------------------------
-    # client expiry (catalogue S12) and pending long polls (S8)
+    # client expiry (S12) and pending long polls (S8), docs/reliability.md §5
 
     def seen(self, client_id: str) -> _Client:
         """A call or Telemetry command from `client_id` arrived now; its record."""
@@ -1313,7 +1315,8 @@ class EmbeddedServer:
     def expire_client(self, client_id: str) -> None:
         """Forget a client now, as after `channel_expiry` of silence: end its Telemetry streams, answer its
         parked long polls with no message, drop its settings and release its auto-renewed messages (the
-        proxy's channel expiry, reference 7.2). A live client simply reconnects and registers again."""
+        proxy's channel expiry, docs/protocol.md §4.7). A live client simply reconnects and registers
+        again."""
         client = self._clients.pop(client_id, None)
         if client is not None:
             client.expired = True
@@ -1423,7 +1426,7 @@ class EmbeddedServer:
         if self.send_command(check.producer_client_id, command, broker=index):
             return
         # The producer is gone: any producer publishing the topic may resolve it (the broker asks
-        # any channel of the producer group, reference 7.7).
+        # any channel of the producer group, docs/protocol.md §5.8).
         topic = check.message.topic
         for client_id, settings in self._settings.items():
             topics = settings.merged.publishing.topics if settings.merged.HasField("publishing") else ()

@@ -3,7 +3,7 @@
 Pure and synchronous: no grpc, no asyncio, no threads, no clock. Every mutating call takes `now`
 (epoch seconds); the service layer owns the clock and calls `tick(now)` / re-pops at `next_event_time()`.
 
-Data structures (reference 7.4-7.8 for the behaviour they emulate):
+Data structures (docs/protocol.md §6.3 and §7 for the behaviour they emulate):
 
 - Per topic and queue an append-only log (`_QueueLog`: a list plus the offset of its first element);
   old messages are trimmed in chunks past the retention limits, like upstream deletes commit-log files.
@@ -48,15 +48,16 @@ from thrust.server.core.model import (
 
 __all__ = ["MAX_BATCH_SIZE", "MAX_INVISIBLE_DURATION", "RELEASE_DELAY", "Broker", "broker_of_handle"]
 
-#: The broker rejects pops of more than 32 messages; the proxy caps `maxMsgNums` (reference 7.5 step 5).
+#: The broker rejects pops of more than 32 messages; the proxy caps `maxMsgNums` (docs/protocol.md §6.3).
 MAX_BATCH_SIZE = 32
-#: `maxInvisibleTimeMills` = 12 h (reference 7.5 step 3, 7.7 ChangeInvisibleDuration).
+#: `maxInvisibleTimeMills` = 12 h (docs/protocol.md §6.3, §7.4).
 MAX_INVISIBLE_DURATION = 12 * 3600.0
-#: Unregistering a client nacks its auto-renewed messages with 1 s (reference 7.2 NotifyClientTermination).
+#: Unregistering a client nacks its auto-renewed messages with 1 s (docs/protocol.md §4.7).
 RELEASE_DELAY = 1.0
-#: The proxy's `RenewStrategyPolicy`: successive renew durations by renew count (reference 7.6).
+#: The proxy's `RenewStrategyPolicy`: successive renew durations by renew count (docs/protocol.md §7.2).
 _RENEW_STEPS = (60.0, 180.0, 300.0, 600.0, 1800.0, 3600.0)
-#: `renewMaxTimeMillis` = 3 h: after this the proxy stops renewing and nacks with the retry delay (7.6).
+#: `renewMaxTimeMillis` = 3 h: after this the proxy stops renewing and nacks with the retry delay
+#: (docs/protocol.md §7.2).
 _RENEW_MAX = 3 * 3600.0
 #: Remembered transaction resolutions, so that a repeated EndTransaction with the same outcome is OK.
 _RESOLVED_MEMORY = 65536
@@ -323,7 +324,7 @@ class Broker:
         transaction_max_checks: checks before giving up; the message is then rolled back
             (`transactionCheckMax`).
         auto_renew_invisible: invisible time of auto-renew pops (`defaultInvisibleTimeMills`, 60 s).
-        max_delay: the furthest allowed delivery time ahead of `now` (1 day, reference 7.7).
+        max_delay: the furthest allowed delivery time ahead of `now` (1 day, docs/protocol.md §5.7).
         receipt_secret: when set, receipt handles carry an HMAC-SHA256 tag and forged ones are rejected.
         retention_messages / retention_bytes: per-queue limits after which the oldest stored messages
             are dropped (messages already delivered to a group stay valid for it).
@@ -421,7 +422,7 @@ class Broker:
     def send(self, messages: Sequence[InboundMessage], now: float) -> list[SendResult]:
         """Store one SendMessage request's messages (all or none); one result per message, in order.
 
-        The broker picks the queue (reference 7.7): a message group shared by every message of the
+        The broker picks the queue (docs/protocol.md §5.5): a message group shared by every message of the
         request is hashed (crc32) over the topic's queues, a request of one PRIORITY message goes to queue
         min(priority, queues - 1), otherwise the whole request goes to the next queue round-robin.
         Messages with a future `delivery_timestamp` are held until then and get a recall handle;
@@ -579,13 +580,15 @@ class Broker:
         attempt_id: str | None,
         now: float,
     ) -> list[Delivery]:
-        """Pop up to `min(batch_size, 32)` visible messages for `group` (reference 7.5); may be empty.
+        """Pop up to `min(batch_size, 32)` visible messages for `group` (docs/protocol.md §6.3); may be
+        empty.
 
-        `queue_id` -1 pops across all of this broker's queues (pop mode, reference 7.4), otherwise from
-        that queue only. With `auto_renew` the messages stay invisible `auto_renew_invisible` seconds and
-        are renewed by the broker until acked or `release_client(client_id)`; otherwise for
-        `invisible_duration` (the service enforces 10 s..12 h; here any value in (0, 12 h]).
-        Messages the filter rejects are skipped for this group for good (upstream acks them, 7.5 step 6).
+        `queue_id` -1 pops across all of this broker's queues (pop mode, docs/protocol.md §3.3),
+        otherwise from that queue only. With `auto_renew` the messages stay invisible
+        `auto_renew_invisible` seconds and are renewed by the broker until acked or
+        `release_client(client_id)`; otherwise for `invisible_duration` (the service enforces
+        10 s..12 h; here any value in (0, 12 h]).
+        Messages the filter rejects are skipped for this group for good (upstream acks them).
         Redelivered messages are mixed with new ones: every fifth message taken prefers the retry queue.
         On a PRIORITY topic a non-FIFO pop of queue -1 takes new messages from the highest queue down,
         then redeliveries (`_take_by_priority`).
@@ -665,9 +668,9 @@ class Broker:
     def ack(
         self, *, client_id: str, group: str, topic: str, receipt_handle: str, message_id: str, now: float
     ) -> None:
-        """Acknowledge a delivered message: it is done for `group` (reference 7.7 AckMessage).
+        """Acknowledge a delivered message: it is done for `group` (docs/protocol.md §7.3).
 
-        An auto-renewed message accepts the handle it was delivered with, however old (reference 7.6).
+        An auto-renewed message accepts the handle it was delivered with, however old (docs/protocol.md §7.2).
         `client_id` is not checked: any client of the group may ack. A non-empty `message_id` must
         match the handle's message.
 
@@ -692,8 +695,8 @@ class Broker:
     ) -> str:
         """Make a delivered message visible again `duration` seconds from now; returns the new handle.
 
-        The old handle dies; auto-renewal stops (the proxy drops its renew entry, reference 7.6). When the
-        message becomes visible it is redelivered with `delivery_attempt + 1` (or dead-lettered once the
+        The old handle dies; auto-renewal stops (the proxy drops its renew entry, docs/protocol.md §7.2). When
+        the message becomes visible it is redelivered with `delivery_attempt + 1` (or dead-lettered once the
         group's max attempts are used up). `duration` 0 makes it visible at once (a nack).
 
         Raises:
@@ -714,7 +717,7 @@ class Broker:
     def forward_to_dead_letter_queue(
         self, *, client_id: str, group: str, topic: str, receipt_handle: str, message_id: str, now: float
     ) -> None:
-        """Move a delivered message to `%DLQ%<group>` and finish it for `group` (reference 7.7).
+        """Move a delivered message to `%DLQ%<group>` and finish it for `group` (docs/protocol.md §7.5).
 
         Raises:
             BrokerError(INVALID_RECEIPT_HANDLE): as for `ack`.
@@ -726,7 +729,7 @@ class Broker:
         """The client left (NotifyClientTermination or lost stream): stop renewing its messages.
 
         Each auto-renewed in-flight message of the client becomes visible `RELEASE_DELAY` (1 s) later,
-        like the proxy's ChangeInvisible(1 s) on unregistering (reference 7.2). Its handle stays valid
+        like the proxy's ChangeInvisible(1 s) on unregistering (docs/protocol.md §4.7). Its handle stays valid
         until then. Messages popped without auto-renew keep their own invisible time.
         """
         self._advance(now)
@@ -996,7 +999,7 @@ class Broker:
     ) -> None:
         sq = sub.queues[qid]
         for _ in range(need):
-            # Deterministic stand-in for upstream's 20 % "read the retry topic first" (reference 7.5):
+            # Deterministic stand-in for upstream's 20 % "read the retry topic first" (docs/protocol.md §6.3):
             # every fifth message taken prefers a redelivery, the others prefer new messages.
             if sub.mix % 5 == 0:
                 rec = self._next_retry(sq, flt) or self._next_new(sub, sq, qid, log, flt)
@@ -1034,7 +1037,8 @@ class Broker:
             if rec.state != _READY:
                 continue
             if not flt.matches(rec.msg.tag, rec.msg.properties):
-                self._finish(rec)  # subscription changed: upstream acks non-matching messages (7.5 step 6)
+                # Subscription changed: upstream acks non-matching messages (docs/protocol.md §6.3).
+                self._finish(rec)
                 continue
             return rec
         return None
@@ -1161,7 +1165,7 @@ class Broker:
         policy = self._group_info(sub.group).retry
         if rec.auto_renew:
             if when - rec.first_pop < _RENEW_MAX:
-                # Emulates the proxy's renew (reference 7.6): same handle, a longer invisible time.
+                # Emulates the proxy's renew (docs/protocol.md §7.2): same handle, a longer invisible time.
                 step = _RENEW_STEPS[min(rec.renews, len(_RENEW_STEPS) - 1)]
                 rec.renews += 1
                 rec.until = when + step
@@ -1176,7 +1180,7 @@ class Broker:
             self._timers.push(rec, rec.until)
             return
         if rec.attempt >= policy.max_attempts:
-            # The next delivery would exceed max attempts: dead-letter instead (reference 7.5 step 6).
+            # The next delivery would exceed max attempts: dead-letter instead (docs/protocol.md §7.5).
             self._dead_letter(rec, when)
             return
         rec.state = _READY
@@ -1210,7 +1214,7 @@ class Broker:
         ts = self._topic_state(info)
         origin = message.dead_letter_of or (message.topic, message.message_id)
         # The message keeps its id and type (upstream derives the type from properties it keeps);
-        # DeadLetterQueue{topic, message_id} on delivery names the original (reference 1.4 field 20).
+        # DeadLetterQueue{topic, message_id} on delivery names the original (docs/protocol.md §7.5).
         self._append_stored(ts, 0, replace(message, dead_letter_of=origin), now)
 
     def _stop_renewing(self, rec: _Rec) -> None:
@@ -1253,8 +1257,8 @@ class Broker:
         return self._nonce
 
     def _encode_handle(self, rec: _Rec, pop_time: float, invisible: float, *, auto: bool) -> str:
-        # Like upstream's "startOffset popTime invisibleTime ... brokerName queueId queueOffset" (7.6),
-        # plus a nonce that changes on every delivery and ChangeInvisibleDuration.
+        # Like upstream's "startOffset popTime invisibleTime ... brokerName queueId queueOffset"
+        # (docs/protocol.md §7.1), plus a nonce that changes on every delivery and ChangeInvisibleDuration.
         payload = (
             f"{_HANDLE_VERSION} {int(pop_time * 1000):x} {int(invisible * 1000):x} {rec.queue_id:x} "
             f"{rec.msg.offset:x} {rec.nonce:x} {1 if auto else 0} {self.name}"
@@ -1287,8 +1291,9 @@ class Broker:
             raise _invalid_handle("malformed")
         if parts[7] != self.name:
             raise _invalid_handle(f"it belongs to broker {parts[7]!r}, not {self.name!r}")
-        # An auto-renew handle stays valid while the broker renews it (reference 7.6); any other handle
-        # expires at popTime + invisibleTime (1 ms slack for the millisecond rounding; the record decides).
+        # An auto-renew handle stays valid while the broker renews it (docs/protocol.md §7.2); any other
+        # handle expires at popTime + invisibleTime (1 ms slack for the millisecond rounding; the record
+        # decides).
         if parts[6] == "0" and (pop_ms + invisible_ms) / 1000 + 0.001 <= now:
             raise _invalid_handle("receipt handle is expired")
         self._catalog.topic(topic)
