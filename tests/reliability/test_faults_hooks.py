@@ -84,8 +84,8 @@ def test_f10_slow_or_missing_settings_reply_does_not_block_start(delay: float) -
             except thrust.ThrustError:
                 pass  # a typed error is allowed; a hang is not
             took = time.monotonic() - started
-            # Bound: request timeout + Java's 3 s extra wait for the first Settings (docs/protocol.md §4.5) +
-            # 1 s.
+            # Bound: request timeout + Java's 3 s extra wait for the first Settings + 1 s
+            # (docs/protocol.md §4.5).
             assert took <= 1.0 + 3.0 + 1.0, f"start took {took:.1f}s with a Settings reply {delay}s late"
             try:
                 for i in range(1):
