@@ -1,12 +1,12 @@
 """The listener executor: user code runs off the event loop, results come back in batches.
 
-Seed 000 item 2: the Rust push consumer ran the synchronous listener on the runtime's worker threads, so a
-listener blocking 10 ms delayed every timer and I/O callback of the client. Here a plain-function listener
-runs on `thread_count` dedicated threads (Java: `consumptionThreadCount`, default 20, reference §4.10) and an
-`async def` listener runs on the loop as a bounded number of tasks.
+Bench scenario 2 (docs/benchmarks.md#scenarios): the Rust push consumer ran the synchronous listener on the
+runtime's worker threads, so a listener blocking 10 ms delayed every timer and I/O callback of the client.
+Here a plain-function listener runs on `thread_count` dedicated threads (Java: `consumptionThreadCount`,
+default 20, docs/protocol.md §8.2) and an `async def` listener runs on the loop as a bounded number of tasks.
 
-Hand-offs are batched (seed 003, Pulsar #16336; reference python-grpc-ceilings §5: a thread hop costs
-35-120 µs per message but ~3 µs per message when it carries a batch):
+Hand-offs are batched (bench scenario 6, after apache/pulsar#16336: one thread hop per message costs
+far more than one hop that carries a whole batch):
 
 * loop -> pool: `submit()` appends a whole burst to one deque under one lock and wakes at most as many
   idle workers as there are new items. A worker that finishes a message takes the next one without any
@@ -17,7 +17,7 @@ Hand-offs are batched (seed 003, Pulsar #16336; reference python-grpc-ceilings �
   drains every result at once and hands them to `on_results` as one list: one wake-up per burst.
 
 Everything queued here is bounded upstream: an item exists only for a message that sits in a process
-queue's cache, which is bounded by count and bytes (reference §4.5).
+queue's cache, which is bounded by count and bytes (docs/protocol.md §8.1).
 """
 
 from __future__ import annotations

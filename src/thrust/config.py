@@ -22,7 +22,7 @@ _FALSE = {"0", "false", "no", "off", ""}
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Credentials:
-    """AK/SK credentials for the `authorization` header (reference §2), plus an optional STS token.
+    """AK/SK credentials for the `authorization` header (docs/protocol.md §2.5), plus an optional STS token.
 
     The `repr` never shows `secret_key` or `session_token`.
     """

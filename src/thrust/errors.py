@@ -3,7 +3,7 @@
 Every failure that reaches user code is a `ThrustError`. Each carries the RocketMQ status code
 (`Code`, or None when the failure never reached the server), the server's message, the request id
 of the call (`x-mq-request-id`) and `retriable`: whether trying the same call again can help.
-The mapping from codes follows the Java client's `StatusChecker` (reference §1.5): 400xx is a bad
+The mapping from codes follows the Java client's `StatusChecker` (docs/protocol.md §2.3): 400xx is a bad
 request, 404xx not found, 42900 too many requests, 5000x internal, 5040x proxy timeout.
 gRPC transport errors are translated in exactly one place, `thrust._io.rpc`.
 """

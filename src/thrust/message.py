@@ -1,8 +1,8 @@
 """Public domain types: what users build (`Message`) and what the client hands back.
 
 All of them are immutable from the outside and use `__slots__` so that the per-message cost stays at a
-handful of attribute stores (reference python-grpc-ceilings §5: the Python object per message costs more
-than the protobuf parse, so it must stay small). Times are float seconds since the Unix epoch.
+handful of attribute stores: on the receive path a Python object is built for every message. Times are float
+seconds since the Unix epoch.
 """
 
 from __future__ import annotations
@@ -398,7 +398,8 @@ class ReceivedMessage:
         object.__setattr__(self, "_settler", settler)
 
     def _replace_receipt_handle(self, handle: str) -> None:
-        """Internal: keep the handle the server returned from ChangeInvisibleDuration (reference §7.7)."""
+        """Internal: keep the handle the server returned from ChangeInvisibleDuration
+        (docs/protocol.md §7.4)."""
         object.__setattr__(self, "_receipt_handle", handle)
 
     def _redelivered(self) -> ReceivedMessage:

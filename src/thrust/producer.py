@@ -3,7 +3,7 @@
 Every message is validated before any I/O with the limits the proxy applies (`thrust._codec.validation`).
 Its id is assigned once and kept across retries, so a retried message is the same message to the broker.
 Failed sends are retried by the server's producer backoff policy (max 3 attempts, 10 ms -> 1 s by default:
-reference §1.4), on another queue / broker each time, skipping endpoints that just failed.
+docs/protocol.md §4.3, §5.6), on another queue / broker each time, skipping endpoints that just failed.
 """
 
 from __future__ import annotations
@@ -339,7 +339,7 @@ class Producer:
                 )
         if not all(session.is_ready(q.endpoint) for q in candidates):
             # Prefer brokers whose session is up: a broker still connecting (or slow to answer its
-            # Settings) must not hold sends that a healthy broker can take (seed 000 item 3).
+            # Settings) must not hold sends that a healthy broker can take (bench scenario 3).
             if not any(session.is_ready(q.endpoint) for q in candidates):
                 await session.wait_any_ready({q.endpoint for q in candidates})
             ready = tuple(q for q in candidates if session.is_ready(q.endpoint))
@@ -355,7 +355,7 @@ class Producer:
                 return receipts, endpoint
             except ThrustError as exc:
                 if isinstance(exc, errors.ConnectionError | errors.TimeoutError):
-                    # Skip an endpoint that fails at the transport level for a while (reference §4.9).
+                    # Skip an endpoint that fails at the transport level for a while (docs/protocol.md §5.6).
                     isolation.isolate(endpoint, time.monotonic())
                 if not exc.retriable or attempt >= attempts or self._closed:
                     raise

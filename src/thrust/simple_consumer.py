@@ -7,8 +7,8 @@ messages (`thrust._core.receive_balancer`). Not over the route's queues, as the 
 named, so with 8 queues per broker that named one drained broker 8 times in a row, each time an empty long
 poll held for `await_duration` while the other brokers' backlog waited. Messages stay invisible to
 other consumers for `invisible_duration`; `ack()` removes them, `change_invisible_duration()` hides them
-longer (or makes them visible again soon) and keeps the new receipt handle the server returns (reference
-§7.7), and a message not acked in time is delivered again with `delivery_attempt + 1`.
+longer (or makes them visible again soon) and keeps the new receipt handle the server returns
+(docs/protocol.md §7.4), and a message not acked in time is delivered again with `delivery_attempt + 1`.
 
 `async for msg in consumer` iterates over batched receives: each `__anext__` only pops a local buffer, so
 iterating costs no more per message than calling `receive()` yourself.
@@ -42,7 +42,7 @@ __all__ = ["SimpleConsumer"]
 
 logger = logging.getLogger("thrust.consumer")
 
-MAX_BATCH = 32  # the broker refuses more per pop (reference §7.5 item 5)
+MAX_BATCH = 32  # the broker refuses more per pop (docs/protocol.md §6.3)
 # A corrupted message is made visible again soon so another delivery (maybe intact) can replace it.
 CORRUPTED_RETRY_DELAY = 1.0
 
@@ -294,7 +294,7 @@ class SimpleConsumer:
         )
         endpoint = queue.endpoint
         # Not await_duration + request timeout: the proxy holds a poll for at least 5 s and refuses a
-        # shorter deadline (ILLEGAL_POLLING_TIME, reference §7.5 step 2), see `receive_deadline`.
+        # shorter deadline (ILLEGAL_POLLING_TIME, docs/protocol.md §6.2), see `receive_deadline`.
         try:
             result = await session.receive(
                 endpoint,
@@ -317,7 +317,8 @@ class SimpleConsumer:
     def _release_corrupted(
         self, session: ClientSession, endpoint: Endpoint, bad: list[convert.Corrupted]
     ) -> None:
-        """Never hand a corrupted message over; make it visible again soon (Java nacks it: reference §4.5)."""
+        """Never hand a corrupted message over; make it visible again soon (Java nacks it:
+        docs/protocol.md §6.6)."""
         for c in bad:
             logger.warning("dropping corrupted message %s of %r: %s", c.message_id, c.topic, c.reason)
             request = spb.ChangeInvisibleDurationRequest(
@@ -391,7 +392,7 @@ class SimpleConsumer:
         """Hide `message` for `seconds` from now (0 makes it visible again at once; max 12 h).
 
         The server answers with a new receipt handle, which replaces `message.receipt_handle`; the old one
-        no longer works (reference §7.7). The next delivery counts as a new attempt."""
+        no longer works (docs/protocol.md §7.4). The next delivery counts as a new attempt."""
         _check(validation.check_change_invisible_duration, float(seconds))
         session = await self._ready()
         endpoint = _endpoint_of(message, session)

@@ -32,7 +32,7 @@ async def _send_until_ok(p: thrust.Producer, budget: float) -> float:
     ("keepalive", "budget"),
     [
         # Keepalive as long as Java's (300 s) cannot help: only the failures of the sends can tell the
-        # connection is dead (recoverTransport after 2 consecutive DEADLINE_EXCEEDED, reference §4.3).
+        # connection is dead (recoverTransport after 2 consecutive DEADLINE_EXCEEDED, docs/protocol.md §4.6).
         (300.0, 15.0),
         # Default keepalive: a dead connection is replaced within 30 s whatever the traffic.
         (10.0, 30.0),

@@ -1,4 +1,4 @@
-"""SimpleConsumer with an await duration below the proxy's 5 s minimum long poll (reference §7.5)."""
+"""SimpleConsumer with an await duration below the proxy's 5 s minimum long poll (docs/protocol.md §6.2)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Our apache.rocketmq.v2 descriptors against the ones shipped in the official Python client wheel.
 
-The peer is `rocketmq-python-client==5.1.2` (reference §0): its generated modules carry the
+The peer is `rocketmq-python-client==5.1.2` (docs/protocol.md §1): its generated modules carry the
 FileDescriptorProtos protoc built from upstream rocketmq-apis at the time of that release. Both sides are
 dumped with the same script (tests/conformance/descriptor_dump.py); theirs runs in the official client's
 own venv because both register the package `apache.rocketmq.v2` in protobuf's default pool.
@@ -42,7 +42,7 @@ FILE_NAMES = {
 
 _CLIENT_PROPERTIES = (
     "rocketmq-apis #108 added Settings.client_properties (map<string,string> = 9) after the 5.1.2 wheel was "
-    "built (reference §0, §1.4); the Java client sends it since 2026-05. An older peer skips field 9 "
+    "built (docs/protocol.md §4.2); the Java client sends it since 2026-05. An older peer skips field 9 "
     "as unknown."
 )
 
@@ -51,13 +51,13 @@ ONLY_OURS: dict[str, str] = {
     f"message .{PACKAGE}.Settings.ClientPropertiesEntry": "the map entry type protoc synthesises for "
     + "Settings.client_properties (see that field)",
     f"enum_value .{PACKAGE}.Code.INVALID_CLIENT_PROPERTIES": "status 40021, added upstream with "
-    + "Settings.client_properties for its validation (reference §1.5); an older peer sees an unknown Code "
-    + "value and treats it as a generic error",
+    + "Settings.client_properties for its validation (docs/protocol.md §2.3); an older peer sees an "
+    + "unknown Code value and treats it as a generic error",
 }
 
 _ADMIN = (
     "admin.proto (a separate service apache.rocketmq.v2.Admin with one RPC, ChangeLogLevel) ships in "
-    "the wheel; it is not part of MessagingService, none of the client flows of reference §1.1 use it, "
+    "the wheel; it is not part of MessagingService, none of the RPCs of docs/protocol.md §2.1 use it, "
     "and thrust defines and serves MessagingService only"
 )
 

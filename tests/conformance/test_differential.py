@@ -763,7 +763,7 @@ ROWS: list[Row] = [
     Row("send-no-messages", _send_no_messages),
     Row("send-mixed-topics", _send_mixed_topics),
     Row("send-valid-and-invalid", _send_mixed_valid_invalid),
-    # reliability catalogue B1-B17, bypassing the client
+    # B1-B17 of docs/reliability.md §4, bypassing the client
     Row("B1-body-4MiB+1", _bad_send(lambda t: message(t, b"x" * (4 * MiB + 1)))),
     Row("B1-body-exactly-4MiB", _bad_send(lambda t: message(t, b"x" * (4 * MiB)))),
     Row("B2-empty-body", _bad_send(lambda t: message(t, b""))),
@@ -816,7 +816,7 @@ ROWS: list[Row] = [
     ),
     Row("B12-no-client-id", _send_without_client_id),
     Row("B12-receive-without-client-id", _receive_without_client_id),
-    # D4: thrust checks the producer's body digest (catalogue B15); the proxy never reads it.
+    # D4: thrust checks the producer's body digest (B15, docs/reliability.md §4); the proxy never reads it.
     Row("B15-wrong-md5-digest", _bad_send(_digest(d.DigestType.MD5, "0" * 32)), deviation=_DIGEST),
     Row("B15-wrong-crc32-digest", _bad_send(_digest(d.DigestType.CRC32, "00000000")), deviation=_DIGEST),
     Row("B5-receive-unknown-group", _bad_receive(group="never-created-group-x3", invisible=20)),
@@ -861,8 +861,8 @@ ROWS: list[Row] = [
         deviation={"[0]": ("MESSAGE_NOT_FOUND", "INTERNAL_SERVER_ERROR")},
     ),
     Row("change-invisible-limits", _change_invisible_limits),
-    # D8: upstream's ReceiptHandle.decode throws IllegalArgumentException, answered 50001; catalogue S9
-    # wants 40013 for a malformed handle.
+    # D8: upstream's ReceiptHandle.decode throws IllegalArgumentException, answered 50001; S9
+    # (docs/reliability.md §5) wants 40013 for a malformed handle.
     Row(
         "S9-bad-receipt-handles",
         _bad_handles,

@@ -66,7 +66,7 @@ def test_normal_fifo_delay_producers(server: Server, tmp_path: Path) -> None:
                     home=tmp_path / "ordered",
                     within=55,
                 ),
-                # Server-side filters (reference 7.5 step 4): a tag expression and an SQL92 one.
+                # Server-side filters (docs/protocol.md §6.5): a tag expression and an SQL92 one.
                 run_driver(
                     "simple_consumer",
                     {

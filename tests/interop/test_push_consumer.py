@@ -58,7 +58,7 @@ def test_push_consumer_retries_and_dead_letters(server: Server, tmp_path: Path) 
     fail = {"p1": 1, "p2": 2, "p3": -1, "p4": -1}
     always = {b for b, k in fail.items() if k == -1}
     # A small max_attempts and 1 s backoffs keep the test short; the official client nacks with
-    # ChangeInvisibleDuration(backoff[attempt-1]) in whole seconds (reference 6.2 step 3).
+    # ChangeInvisibleDuration(backoff[attempt-1]) in whole seconds (docs/protocol.md §9.1).
     group = GroupSpec("it-push-g", retry=RetryPolicy(max_attempts=MAX_ATTEMPTS, customized=(1.0, 1.0, 1.0)))
 
     async def scenario() -> None:
@@ -132,7 +132,7 @@ def test_push_consumer_retries_and_dead_letters(server: Server, tmp_path: Path) 
 def test_fifo_push_consumer_local_retries_and_forward_to_dlq(server: Server, tmp_path: Path) -> None:
     groups = {"A": [f"A-{i}" for i in range(5)], "B": [f"B-{i}" for i in range(5)]}
     # FIFO: the official client retries locally (no redelivery) and, when attempts run out, calls
-    # ForwardMessageToDeadLetterQueue itself (reference 6.2 step 8, 7.7).
+    # ForwardMessageToDeadLetterQueue itself (docs/protocol.md §7.5).
     fail = {"A-1": 1, "B-2": -1}
     group = GroupSpec(
         "it-fifo-push-g", fifo=True, retry=RetryPolicy(max_attempts=MAX_ATTEMPTS, customized=(1.0, 1.0, 1.0))
@@ -205,7 +205,7 @@ def test_messages_of_a_crashed_consumer_are_redelivered(official_python: Path, t
 
     async def scenario() -> None:
         # client_expiry: how long after a client's Telemetry stream drops its auto-renewed messages are
-        # released (the proxy's channel expiry is 120 s, reference 7.2); short to keep the test short.
+        # released (the proxy's channel expiry is 120 s, docs/protocol.md §4.7); short to keep the test short.
         async with embedded_server(topics=["it-crash:1"], groups=["it-crash-g"], client_expiry=1.0) as srv:
             ep = srv.endpoints[0]
             producer = await run_driver(

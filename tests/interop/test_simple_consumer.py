@@ -43,7 +43,7 @@ def test_receive_ack_and_change_invisible_duration(server: Server, tmp_path: Pat
                         "group": group,
                         "subscriptions": {topic: "*"},
                         "expect": len(bodies),
-                        "invisible_s": 10,  # the proxy's minimum for receive (reference 7.5 step 3)
+                        "invisible_s": 10,  # the proxy's minimum for receive (docs/protocol.md §6.3)
                         "actions": actions,
                         "deadline_s": 30,
                     },
@@ -72,7 +72,8 @@ def test_receive_ack_and_change_invisible_duration(server: Server, tmp_path: Pat
                     assert attempts == [1], (body, consumer.describe())
             changed = {e["id"]: e for e in consumer.of("changed")}
             assert {sent[i] for i in changed} == set(actions)
-            # ChangeInvisibleDuration answers a new receipt handle (reference 7.6); the client keeps it.
+            # ChangeInvisibleDuration answers a new receipt handle (docs/protocol.md §7.4); the client keeps
+            # it.
             assert all(e["new_handle"] for e in changed.values()), consumer.describe()
             for body in ("m1", "m3"):
                 _, second = per_body[body]
@@ -88,7 +89,7 @@ def test_receive_ack_and_change_invisible_duration(server: Server, tmp_path: Pat
 def _spread_scenario(server: Server, tmp_path: Path, *, fifo: bool) -> None:
     # The official SimpleConsumer sends a randomly chosen *route* queue in every ReceiveMessage. Upstream
     # ignores that id and pops the broker's acting queue (-1) across all queues of the topic, FIFO groups
-    # included (reference 7.4), so one receive returns the whole backlog (up to the batch of 32).
+    # included (docs/protocol.md §3.3), so one receive returns the whole backlog (up to the batch of 32).
     topic, group = ("it-spread-fifo", "it-spread-fifo-g") if fifo else ("it-spread", "it-spread-g")
 
     async def scenario() -> None:

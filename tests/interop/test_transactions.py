@@ -22,7 +22,7 @@ def test_commit_rollback_and_orphan_check(server: Server, tmp_path: Path) -> Non
         {"body": "commit-1", "end": "commit"},
         {"body": "rollback-0", "end": "rollback"},
         {"body": "rollback-1", "end": "rollback"},
-        # Left open: the server must send RecoverOrphanedTransactionCommand (reference 1.2, 7.7) and apply
+        # Left open: the server must send RecoverOrphanedTransactionCommand (docs/protocol.md §5.8) and apply
         # the checker's EndTransaction(source=SOURCE_SERVER_CHECK).
         {"body": "orphan-commit-0", "end": "none", "check": "commit"},
         {"body": "orphan-commit-1", "end": "none", "check": "commit"},

@@ -362,7 +362,7 @@ def test_receive_errors_back_off_reuse_the_attempt_id_and_several_receives_run_p
                 await ready(consumer)
                 failed = [a for a, err in attempts if err]
                 assert len(failed) == 3
-                # A failed receive's attempt id is reused by the next one (reference §1.1 field 8).
+                # A failed receive's attempt id is reused by the next one (docs/protocol.md §6.1).
                 after = [a for a, _ in attempts[1:4]]
                 assert failed[0] in after
                 # Once message sizes are known, several receives run at once on one queue.

@@ -1,7 +1,7 @@
 """FIFO push consumer: a message group goes on only once its head is settled on the server.
 
 Java's `FifoConsumeService` submits a group's next message when `ProcessQueueImpl.eraseFifoMessage` has
-completed, i.e. once `ackFifoMessage` / `forwardToDeadLetterQueue` has succeeded (reference §4.6, §4.7).
+completed, i.e. once `ackFifoMessage` / `forwardToDeadLetterQueue` has succeeded (docs/protocol.md §7.6).
 Every test sends the whole group before the consumer starts, so that the server hands it out in one
 receive and only the client's own sequencing keeps the order (the server blocks a group only between
 receives).

@@ -1,4 +1,5 @@
-"""One regression test per hot-path fault of the Rust push consumer (seed 000 items 1, 2, 3, 4, 5a, 5b).
+"""One regression test per hot-path fault of the Rust push consumer (bench scenarios
+1, 2, 3, 4, 5a, 5b: docs/benchmarks.md#scenarios).
 
 Each asserts behaviour (counts, which calls were made, which thread ran what) against the embedded server;
 where a bound on time is asserted it is far below what the faulty design needs (seconds vs. a long poll or

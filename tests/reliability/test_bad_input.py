@@ -1,5 +1,5 @@
-"""Bad input B1-B17 (catalogue §3.3): the client rejects it before any I/O with a typed error, and the
-server, reached with the client bypassed, answers the catalogue's status code (defence in depth).
+"""Bad input B1-B17 (docs/reliability.md §4): the client rejects it before any I/O with a typed error, and the
+server, reached with the client bypassed, answers the code listed there (defence in depth).
 
 B11 (malformed protobuf, >= 10k cases) lives in test_fuzz.py; B13 (credentials) in test_security.py.
 The server's per-rule codes are covered in depth by tests/server/test_validation.py; here each row is
@@ -76,8 +76,8 @@ _REJECTED: list[tuple[str, Callable[[], thrust.Message], int | None]] = [
 
 
 def test_b1_to_b10_client_rejects_bad_messages_before_any_io() -> None:
-    """Every bad message of B1-B3, B6-B8 and B10 raises a ValidationError with the catalogue's code, and
-    no SendMessage reaches the server; the producer keeps working afterwards."""
+    """Every bad message of B1-B3, B6-B8 and B10 raises a ValidationError with its code
+    (docs/reliability.md §4), and no SendMessage reaches the server; the producer keeps working afterwards."""
 
     async def scenario() -> None:
         async with embedded_server(topics=["t", "f:1:FIFO", "d:1:DELAY"]) as srv:
@@ -97,12 +97,12 @@ def test_b1_to_b10_client_rejects_bad_messages_before_any_io() -> None:
     run(scenario)
 
 
-# B10 decision: the catalogue (§3.3 B10) asks to reject a delivery timestamp in the past with
+# B10 decision: docs/reliability.md §4 (B10) asked to reject a delivery timestamp in the past with
 # ILLEGAL_DELIVERY_TIME. The upstream proxy does not: `SendMessageActivity.validateDelayTime` refuses only a
 # timestamp more than `ProxyConfig.maxDelayTimeMills` (1 day) ahead, and the broker's timer delivers a past
 # timestamp at once. Real clusters are the reference for client and server, so thrust follows upstream
 # (a producer whose clock is behind the server's, or a computed "deliver at" that has just passed, must not
-# fail), and this test pins that behaviour instead of the catalogue's row.
+# fail), and this test pins that behaviour instead of that row.
 def test_b10_past_delivery_time_is_delivered_at_once_and_beyond_24h_refused() -> None:
     """B10 as upstream behaves: a delivery timestamp in the past is accepted by the client and the server
     and delivered immediately; one more than 24 h ahead is refused with ILLEGAL_DELIVERY_TIME (40012), by
@@ -183,7 +183,7 @@ def test_b4_unknown_topic_start_and_send_fail_fast_typed() -> None:
     ],
 )
 def test_b5_bad_consumer_group_is_refused(group: str) -> None:
-    """B5 (catalogue §1c: a group of at most 120 characters, system groups such as DEFAULT_CONSUMER ->
+    """B5 (docs/protocol.md §5.4: a group of at most 120 characters, system groups such as DEFAULT_CONSUMER ->
     ILLEGAL_CONSUMER_GROUP 40003): the client refuses the group with a ValidationError carrying 40003
     before any RPC (simple and push consumer alike), and the server, reached with the client bypassed,
     answers ReceiveMessage and QueryAssignment with 40003. Before the fix
@@ -270,7 +270,8 @@ def test_b12_missing_client_id_and_unknown_client_type_server_side() -> None:
 
 
 def test_b1_b2_b6_b7_b8_server_refuses_when_the_client_is_bypassed() -> None:
-    """Defence in depth: the raw SendMessage of each bad message answers the catalogue's code."""
+    """Defence in depth: the raw SendMessage of each bad message answers the code of
+    docs/reliability.md §4."""
     cases: list[tuple[Any, int]] = [
         (message("t", b"x" * (4 * MiB + 1)), Code.MESSAGE_BODY_TOO_LARGE),
         (message("t", b"x" * (4 * MiB)), Code.OK),

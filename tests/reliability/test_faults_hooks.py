@@ -1,7 +1,7 @@
-"""Faults injected by the embedded server's hooks (catalogue §3.2): F10-F16, F18 and F22.
+"""Faults injected by the embedded server's hooks (docs/reliability.md §3): F10-F16, F18 and F22.
 
 Each test records the messages it sends and receives in a `HistoryRecorder` and asserts the checker's
-verdicts where the catalogue's pass criteria are about loss, duplication or order.
+verdicts where the pass criteria are about loss, duplication or order.
 """
 
 from __future__ import annotations
@@ -84,7 +84,8 @@ def test_f10_slow_or_missing_settings_reply_does_not_block_start(delay: float) -
             except thrust.ThrustError:
                 pass  # a typed error is allowed; a hang is not
             took = time.monotonic() - started
-            # Bound: request timeout + Java's 3 s extra wait for the first Settings (reference §4.2) + 1 s.
+            # Bound: request timeout + Java's 3 s extra wait for the first Settings + 1 s
+            # (docs/protocol.md §4.5).
             assert took <= 1.0 + 3.0 + 1.0, f"start took {took:.1f}s with a Settings reply {delay}s late"
             try:
                 for i in range(1):
@@ -281,8 +282,8 @@ def test_f13_invalid_receipt_handles_answer_40013_typed_and_not_retried() -> Non
 def test_f14_long_poll_never_answered_returns_within_bound_and_push_repolls() -> None:
     """F14: a ReceiveMessage that the server holds forever: `receive()` returns (typed error or empty)
     within max(await, 5 s) + request_timeout + 1 s (the client never waits less than the 5 s a proxy
-    clamps long polls to, reference §7.5); a push consumer's next poll gets the messages and carries the
-    hung poll's attempt_id (seen by the server, `Stats.receives`), rotated after the messages came; P1."""
+    clamps long polls to, docs/protocol.md §6.2); a push consumer's next poll gets the messages and carries
+    the hung poll's attempt_id (seen by the server, `Stats.receives`), rotated after the messages came; P1."""
 
     async def scenario() -> None:
         faults = Faults()
@@ -319,8 +320,8 @@ def test_f14_long_poll_never_answered_returns_within_bound_and_push_repolls() ->
                     # The held poll is abandoned at its deadline (long poll 20 s + request timeout) and
                     # the queue polled again at once: well inside the watchdog's 3 x (poll + timeout).
                     await until(lambda: consumer.stats().acked >= 20, timeout=20 + 1 + 5)
-                # Catalogue F14: the retry reuses the hung receive's attempt_id (Java
-                # AttemptIdIntegrationTest; reference §1.1 field 8), so a broker can re-serve the batch
+                # F14 (docs/reliability.md §3): the retry reuses the hung receive's attempt_id (Java
+                # AttemptIdIntegrationTest; docs/protocol.md §6.1), so a broker can re-serve the batch
                 # it popped for the lost call; the id is rotated once messages arrived.
                 polls = [r for r in srv.stats.receives if r.group == "pg"]
                 assert len(polls) >= 3, polls
@@ -686,7 +687,7 @@ def test_f22_fifo_group_stays_blocked_until_the_head_is_settled_on_the_server(se
 # on the client while the server, whose handler is cancelled at the deadline, never processes it.
 F3_REQUEST_TIMEOUT = 1.0
 F3_INVISIBLE = 10.0
-# P3 (catalogue §3.0): send <= request timeout x 3 attempts + backoff (<= 1 s per retry) + 1 s;
+# P3 (docs/reliability.md §1): send <= request timeout x 3 attempts + backoff (<= 1 s per retry) + 1 s;
 # receive <= its deadline (the 5 s minimum poll + request timeout, `receive_deadline`) + 1 s;
 # ack <= request timeout + 1 s.
 F3_SEND_BOUND = F3_REQUEST_TIMEOUT * 3 + 2 * 1.0 + 1.0

@@ -1,4 +1,4 @@
-"""Process and network faults (catalogue §3.2): F1-F3 against `thrust serve` in a subprocess (kill -9,
+"""Process and network faults (docs/reliability.md §3): F1-F3 against `thrust serve` in a subprocess (kill -9,
 SIGTERM, SIGSTOP/SIGCONT) and F4-F6 through the in-process TCP FaultProxy (reset, blackhole, refuse).
 
 A producer sends continuously and a simple consumer consumes continuously while the fault is applied;

@@ -1,4 +1,5 @@
-"""Protobuf fuzzer (catalogue B11): self-tests against stub gRPC servers, then the embedded server.
+"""Protobuf fuzzer (B11, docs/reliability.md §4): self-tests against stub gRPC servers, then the embedded
+server.
 
 The stubs prove each verdict both ways: a server that maps undecodable requests to INVALID_ARGUMENT
 and answers everything else with a Status passes; one that raises, hangs, dies, or lets grpc.aio

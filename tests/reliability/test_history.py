@@ -1,4 +1,5 @@
-"""History checker self-tests (catalogue §3.4 T0): every verdict on a history with the defect and without."""
+"""History checker self-tests (docs/reliability.md §1): every verdict on a history with the defect and
+without."""
 
 from __future__ import annotations
 

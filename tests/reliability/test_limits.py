@@ -1,6 +1,6 @@
-"""Transport and resource limits of the embedded server (catalogue §4 S8 and S12), end to end over real gRPC
-on 127.0.0.1, with the thrust client where it makes sense. Every limit is configurable; the tests use
-scaled-down values (the defaults are asserted once) so that each runs in a few seconds.
+"""Transport and resource limits of the embedded server (S8 and S12, docs/reliability.md §5), end to end over
+real gRPC on 127.0.0.1, with the thrust client where it makes sense. Every limit is configurable; the tests
+use scaled-down values (the defaults are asserted once) so that each runs in a few seconds.
 
 - S8a: a request over the gRPC max inbound message size is refused with a typed, final error and the
   server keeps serving.
@@ -52,14 +52,15 @@ async def _until(check: Callable[[], bool], within: float, what: str, step: floa
 
 
 def test_defaults_are_the_catalogue_values() -> None:
-    """The defaults the scaled tests below stand for (catalogue 1c, S8, S12; thrust's client keepalive)."""
+    """The defaults the scaled tests below stand for (docs/protocol.md §2.6, S8, S12; thrust's client
+    keepalive)."""
     config = ServerConfig()
     assert config.max_inbound_message_size == MAX_INBOUND_MESSAGE_SIZE == 130 * MiB
     assert config.idle_timeout == 120.0  # upstream maxConnectionIdle
     assert config.channel_expiry == 120.0  # upstream channelExpiredTimeout
     assert config.max_pending_polls == 1024  # upstream popPollingSize
     assert config.max_concurrent_streams == 1024  # generous: one push consumer's polls + acks per connection
-    # thrust's own keepalive is never below what the server tolerates (catalogue C6).
+    # thrust's own keepalive is never below what the server tolerates (C6, docs/reliability.md §6).
     assert config.min_ping_interval <= thrust.ClientConfig("127.0.0.1:1").keepalive_interval
     # A dead connection is freed by the server's keepalive before the client expiry fires.
     assert config.keepalive_time + config.keepalive_timeout < config.channel_expiry

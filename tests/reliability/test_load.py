@@ -1,4 +1,4 @@
-"""Load scenarios L1, L3, L6 and L8 of the reliability catalogue (§3.1), scaled to fit a CI run.
+"""Load scenarios L1, L3, L6 and L8 of docs/reliability.md §2, scaled to fit a CI run.
 
 Each one records a Jepsen-style history and asserts the checker's verdicts: P1 (nothing lost, nothing
 unexpected), no duplicates without faults, P3 (no send hung past its bound).
@@ -19,7 +19,7 @@ from tests.reliability._util import assert_report, body, drain, pid_of, record_d
 from thrust.reliability.history import History, HistoryRecorder, check
 from thrust.testing import embedded_server
 
-# P3 send bound with the defaults: request timeout 3 s x 3 attempts + backoff (catalogue §3.0).
+# P3 send bound with the defaults: request timeout 3 s x 3 attempts + backoff (docs/reliability.md §1).
 SEND_BOUND = 11.0
 
 

@@ -1,5 +1,5 @@
-"""Security end to end with the thrust client (catalogue §4 S1-S7, S10, S11, C1, C3, and B13; S8 and S12
-are in test_limits.py).
+"""Security end to end with the thrust client (S1-S7, S10, S11, C1, C3 and B13 of docs/reliability.md §4-§6;
+S8 and S12 are in test_limits.py).
 
 - Wrong access key, wrong secret, a garbled `authorization` header (no space, no `Credential=`,
   non-hex signature), a missing `x-mq-date-time` and no credentials at all: `start()` fails with
@@ -363,7 +363,7 @@ def test_s6_c1_tls_with_auth_end_to_end_and_every_mismatch_fails_fast(tmp_path: 
 
 # S5: freshness window on x-mq-date-time ----------------------------------------------------------------
 
-REPLAY_AFTER = 20 * 60.0  # the catalogue's "replay a captured header after 20 min"
+REPLAY_AFTER = 20 * 60.0  # S5's "replay a captured header after 20 min"
 
 
 def _signed_headers_recorder(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:

@@ -1,5 +1,5 @@
 """Assignment override (`Faults.set_assignment`): a test stages what QueryAssignment answers for one
-(topic, group), e.g. the assignment moving from queue 0 to queue 1 (seed 000 item 5a)."""
+(topic, group), e.g. the assignment moving from queue 0 to queue 1 (bench scenario 5a)."""
 
 from __future__ import annotations
 

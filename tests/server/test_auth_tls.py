@@ -1,4 +1,4 @@
-"""AK/SK authentication, the loopback rule and TLS (reference 2, 7.8 items 1-2)."""
+"""AK/SK authentication, the loopback rule and TLS (docs/protocol.md §2.5, §2.6)."""
 
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ def test_without_auth_any_authorization_header_is_tolerated() -> None:
 def test_non_loopback_bind_needs_auth_or_explicit_waiver() -> None:
     with pytest.raises(ValueError, match="non-loopback"):
         EmbeddedServer(ServerConfig(host="0.0.0.0"))
-    # Auth over plaintext off loopback needs TLS or the waiver too (catalogue S7, tests/reliability).
+    # Auth over plaintext off loopback needs TLS or the waiver too (S7, docs/reliability.md §5).
     with pytest.raises(ValueError, match="plaintext"):
         EmbeddedServer(ServerConfig(host="0.0.0.0", credentials=CREDS))
     EmbeddedServer(ServerConfig(host="0.0.0.0", credentials=CREDS, insecure_allow_remote=True))

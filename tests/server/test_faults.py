@@ -186,7 +186,8 @@ def test_dropped_telemetry_never_answers_settings() -> None:
 
 
 def test_delay_fraction_is_seeded_bounded_and_per_rpc() -> None:
-    """Catalogue F3's hook: a seeded fraction of the calls of one RPC gets a random delay in [low, high]."""
+    """F3's hook (docs/reliability.md §3): a seeded fraction of the calls of one RPC gets a random delay in
+    [low, high]."""
 
     def latencies(seed: int) -> list[float]:
         faults = Faults(seed=seed)
@@ -249,7 +250,7 @@ def test_delay_fraction_over_grpc_and_as_a_flag() -> None:
 
 
 def test_receive_attempt_ids_are_recorded_bounded() -> None:
-    """Catalogue F14 needs to see the attempt id of each ReceiveMessage, hung or not."""
+    """F14 (docs/reliability.md §3) needs to see the attempt id of each ReceiveMessage, hung or not."""
 
     async def scenario() -> None:
         async with embedded_server(topics=["t"], groups=["g"]) as srv, Wire(srv.endpoints[0]) as w:

@@ -1,4 +1,4 @@
-"""ReceiveMessage: long polling, wake-ups, invisibility, FIFO, filters, DLQ (reference 7.5, 7.6, 7.8)."""
+"""ReceiveMessage: long polling, wake-ups, invisibility, FIFO, filters, DLQ (docs/protocol.md §6, §7)."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def test_empty_long_poll_times_out_with_message_not_found() -> None:
         async with embedded_server(topics=["t"], groups=["g"]) as srv, Wire(srv.endpoints[0]) as w:
             await w.consumer("g", "t")
             started = time.monotonic()
-            # 1 s asked: clamped up to the 5 s minimum (reference 7.5 step 2).
+            # 1 s asked: clamped up to the 5 s minimum (docs/protocol.md §6.2).
             stream = await w.receive("g", "t", polling=1, rpc_timeout=10)
             elapsed = time.monotonic() - started
             assert 4.8 <= elapsed < 8.0

@@ -1,4 +1,4 @@
-"""QueryRoute, QueryAssignment and the Telemetry settings reply (reference 7.2-7.4, 7.8 items 3, 4, 6)."""
+"""QueryRoute, QueryAssignment and the Telemetry settings reply (docs/protocol.md §3, §4)."""
 
 from __future__ import annotations
 
@@ -129,7 +129,7 @@ def test_telemetry_settings_reply_for_consumer_and_producer() -> None:
             assert merged.publishing.max_body_size == 4 * 1024 * 1024
             assert merged.publishing.validate_message_type is True
             assert [t.name for t in merged.publishing.topics] == ["t"]
-            # Every Settings gets a reply on the same stream (periodic resync, reference 1.2).
+            # Every Settings gets a reply on the same stream (periodic resync, docs/protocol.md §4.1).
             call, _ = await w.handshake(producer)
             await call.write(s.TelemetryCommand(settings=producer))
             again = await call.read()

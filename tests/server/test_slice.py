@@ -1,4 +1,4 @@
-"""End-to-end over real gRPC: route, telemetry, send, receive, ack (reference 7.8 items 3, 4, 7, 9, 10)."""
+"""End-to-end over real gRPC: route, telemetry, send, receive, ack (docs/protocol.md §3-§7)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def test_route_telemetry_send_receive_ack() -> None:
                 await w.consumer("g", "orders")
                 ids = await w.send_ok("orders", 3, tag="TagA", keys=["k1"], properties={"p": "v"})
                 stream = await w.receive("g", "orders")
-                # status OK first, then the messages, then delivery_timestamp (reference 1.3).
+                # status OK first, then the messages, then delivery_timestamp (docs/protocol.md §6.4).
                 kinds = [r.WhichOneof("content") for r in stream]
                 assert kinds == ["status", "message", "message", "message", "delivery_timestamp"]
                 assert status_of(stream).code == Code.OK

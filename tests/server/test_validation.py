@@ -1,4 +1,4 @@
-"""One status code per validation rule, over real gRPC (reference 1.5, 7.5, 7.7, 7.8)."""
+"""One status code per validation rule, over real gRPC (docs/protocol.md §2.3)."""
 
 from __future__ import annotations
 
@@ -158,7 +158,7 @@ def test_receive_validation() -> None:
                 code(await w.receive("g", "t", expression="a > ", filter_type=2))
                 == Code.ILLEGAL_FILTER_EXPRESSION
             )
-            # Less than the 5 s minimum polling time left before the deadline (reference 7.5 step 2).
+            # Less than the 5 s minimum polling time left before the deadline (docs/protocol.md §6.2).
             assert code(await w.receive("g", "t", rpc_timeout=3)) == Code.ILLEGAL_POLLING_TIME
             assert code(await w.receive("g", "$bad")) == Code.ILLEGAL_TOPIC
 
@@ -190,7 +190,7 @@ def test_receipt_handles_expired_malformed_superseded() -> None:
             assert change.status.code == Code.INVALID_RECEIPT_HANDLE
             ack = await w.ack("g", "t", [(mid, "not a handle")])
             assert ack.entries[0].status.code == Code.INVALID_RECEIPT_HANDLE
-            # ChangeInvisibleDuration returns a new handle; the old one is dead (reference 7.6).
+            # ChangeInvisibleDuration returns a new handle; the old one is dead (docs/protocol.md §7.4).
             stream = await w.receive("g", "t")
             [(mid2, handle)] = handles(stream)
             assert mid2 == mid and messages_of(stream)[0].system_properties.delivery_attempt == 2
@@ -228,7 +228,7 @@ def test_ack_mixed_entries_multiple_results() -> None:
                 Code.INVALID_RECEIPT_HANDLE,
             ]
             assert [e.receipt_handle for e in response.entries] == [h for _, h in entries] + ["garbage"]
-            # Every entry failing alike: that code at the top (reference 7.7).
+            # Every entry failing alike: that code at the top (docs/protocol.md §7.3).
             again = await w.ack("g", "t", entries)
             assert again.status.code == Code.INVALID_RECEIPT_HANDLE
 
@@ -259,7 +259,7 @@ def test_settings_validation_and_heartbeat() -> None:
                 s.HeartbeatRequest(client_type=d.ClientType.PRODUCER), metadata=w.md, timeout=5
             )
             assert heartbeat.status.code == Code.OK
-            # PUBSUB_NOT_SET is the one gRPC error (reference 7.2).
+            # PUBSUB_NOT_SET is the one gRPC error (docs/protocol.md §2.2).
             call = w.open_telemetry()
             await call.write(s.TelemetryCommand(settings=d.Settings(client_type=d.ClientType.PRODUCER)))
             with pytest.raises(grpc.aio.AioRpcError) as info:

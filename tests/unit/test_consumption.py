@@ -97,7 +97,7 @@ def test_every_result_is_delivered_and_classified() -> None:
 
 
 def test_one_wakeup_per_burst_while_loop_is_busy() -> None:
-    """Results of a whole burst cross to the loop with one call_soon_threadsafe (seed 003)."""
+    """Results of a whole burst cross to the loop with one call_soon_threadsafe (bench scenario 6)."""
     gate = threading.Event()
 
     def listener(n: int) -> Result:

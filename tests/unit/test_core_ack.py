@@ -98,7 +98,7 @@ def drive(
 
 
 def test_seed_item_4_scenario() -> None:
-    """400 acks, every first attempt fails retriably, 4 handles invalid (seed item 4, scenario 4)."""
+    """400 acks, every first attempt fails retriably, 4 handles invalid (bench scenario 4)."""
     bound = 500
     config = AckConfig(max_retrying=bound, backoff=BackoffPolicy(0.1, 2.0, 2.0, random.Random(4)))
     batcher = AckBatcher(config)

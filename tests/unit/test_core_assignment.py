@@ -9,7 +9,7 @@ B1 = QueueId("b", "broker-b", 0)
 
 
 def test_scan_of_topic_a_never_drops_topic_b() -> None:
-    """Seed item 5b: two topics; every scan of a touches only a's queues."""
+    """Bench scenario 5b: two topics; every scan of a touches only a's queues."""
     table = AssignmentTable()
     d = table.sync("a", [A0])
     assert (set(d.to_add), set(d.to_drop)) == ({A0}, set())

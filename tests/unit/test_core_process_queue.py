@@ -213,7 +213,7 @@ def test_count_never_exceeds_threshold_with_mixed_sizes(seed: int) -> None:
     run_invariant(seed, None)
 
 
-# -- partial results (a stream's first messages handed over before it ends; seed item 5a) ------------------
+# -- partial results (a stream's first messages handed over before it ends; scenario 5a) ----------------
 
 
 def test_partial_chunk_is_cached_at_once_and_the_rest_settles_the_reservation() -> None:

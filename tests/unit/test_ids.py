@@ -18,7 +18,7 @@ from thrust._codec.ids import (
 )
 
 V1_RE = re.compile(r"01[0-9A-F]{32}")
-EXAMPLE = "0156F7E71C361B21BC024CCDBE00000000"  # docs/message_id.md
+EXAMPLE = "0156F7E71C361B21BC024CCDBE00000000"  # apache/rocketmq-clients docs/message_id.md
 
 
 def fixed(value: float) -> Callable[[], float]:

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-APP_TESTS = '''
+APP_TESTS = """
 import asyncio
 
 import pytest
@@ -47,7 +47,7 @@ def test_marker_options_and_faults(thrust_server):
 
     assert asyncio.run(scenario()).message_id
     assert thrust_server.stats.calls["SendMessage"] == 2  # the refused one was retried
-'''
+"""
 
 
 def test_thrust_server_fixture_from_the_installed_plugin(tmp_path: Path) -> None:

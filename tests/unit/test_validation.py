@@ -153,7 +153,7 @@ def test_system_group() -> None:
     ],
 )
 def test_reserved_consumer_groups_refused(group: str) -> None:
-    """Catalogue B5 / §1c: system consumer groups -> ILLEGAL_CONSUMER_GROUP (40003)."""
+    """B5 (docs/reliability.md §4): system consumer groups -> ILLEGAL_CONSUMER_GROUP (40003)."""
     assert v.is_system_group(group)
     assert code_of(v.check_group, group) is Code.ILLEGAL_CONSUMER_GROUP
     assert v.check_group(group, allow_system=True) is None
@@ -266,7 +266,8 @@ def test_body() -> None:
 
 @pytest.mark.parametrize("kind", [1, 2, 3], ids=["CRC32", "MD5", "SHA1"])
 def test_body_digest_matches_in_either_case(kind: int) -> None:
-    """Catalogue B15: a producer's digest is checked against the body; hex case does not matter."""
+    """B15 (docs/reliability.md §4): a producer's digest is checked against the body; hex case does not
+    matter."""
     body = b"payload"
     good = compute_digest(kind, body)
     assert v.check_body_digest(kind, good, body) is None

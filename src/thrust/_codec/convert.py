@@ -2,7 +2,7 @@
 
 Received messages are parsed once: the fields user code reads are copied into a slotted
 `ReceivedMessage`, the body digest is verified on the bytes as they arrived, and a GZIP body is
-decompressed after that (the Java client's `MessageViewImpl.fromProtobuf` order, reference §4.5).
+decompressed after that (the Java client's `MessageViewImpl.fromProtobuf` order, docs/protocol.md §6.6).
 A message whose digest does not match raises `Corrupted`, so it can never reach user code as valid.
 """
 
@@ -37,7 +37,8 @@ __all__ = [
 ]
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
-# The proxy accepts up to 130 MiB inbound (reference §2); a GZIP body inflating beyond that is refused.
+# The proxy accepts up to 130 MiB inbound (docs/protocol.md §2.6); a GZIP body inflating beyond that is
+# refused.
 MAX_DECOMPRESSED_SIZE = 130 * 1024 * 1024
 _GZIP = pb.GZIP
 _MESSAGE_TYPES = {int(t): t for t in MessageType}
@@ -71,7 +72,8 @@ def duration(seconds: float) -> duration_pb2.Duration:
 
 
 def duration_seconds(d: duration_pb2.Duration) -> float:
-    """Seconds in a Duration, nanos included (the official Python client drops them: reference §6.4)."""
+    """Seconds in a Duration, nanos included (the official Python client drops them:
+    docs/protocol.md §9.1)."""
     return d.seconds + d.nanos / 1e9
 
 
@@ -91,7 +93,8 @@ def timestamp_seconds(ts: timestamp_pb2.Timestamp) -> float:
 
 
 def resource(name: str, namespace: str = "") -> pb.Resource:
-    """A `Resource{resource_namespace, name}` (the namespace travels in every Resource: reference §1.4)."""
+    """A `Resource{resource_namespace, name}` (the namespace travels in every Resource:
+    docs/protocol.md §2.7)."""
     return pb.Resource(resource_namespace=namespace, name=name)
 
 

@@ -1,4 +1,5 @@
-"""Body digests and body compression (`SystemProperties.body_digest` / `body_encoding`, reference doc 1.4).
+"""Body digests and body compression (`SystemProperties.body_digest` / `body_encoding`,
+docs/protocol.md §6.6).
 
 Digest strings follow the Java client's `Utilities` (which is what verifies them on receipt):
 

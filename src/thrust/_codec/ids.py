@@ -1,4 +1,5 @@
-"""Message ids, version 1 (reference doc 3; upstream `docs/message_id.md`, Java `MessageIdCodec`).
+"""Message ids, version 1 (docs/protocol.md §5.2; apache/rocketmq-clients docs/message_id.md, Java
+`MessageIdCodec`).
 
 A v1 id is 17 bytes rendered as 34 uppercase hex characters, big endian:
 

@@ -1,4 +1,4 @@
-"""Request signing: the `x-mq-date-time` and `authorization` headers (reference doc 2).
+"""Request signing: the `x-mq-date-time` and `authorization` headers (docs/protocol.md §2.4, §2.5).
 
     authorization: MQv2-HMAC-SHA1 Credential=<AK>, SignedHeaders=x-mq-date-time, Signature=<hex>
 
@@ -50,8 +50,8 @@ def format_date_time(epoch_seconds: float) -> str:
     """The `x-mq-date-time` value, `yyyyMMdd'T'HHmmss'Z'`.
 
     Java and the Python 5.1.2 client format the *local* time with a literal `Z`, so their value is
-    not really UTC. We use UTC, which makes the `Z` true (catalogue C2). The upstream proxy only uses
-    the string as HMAC input; the embedded server may also check its freshness (`date_time_instants`)."""
+    not really UTC. We use UTC, which makes the `Z` true (C2, docs/reliability.md §6). The upstream proxy only
+    uses the string as HMAC input; the embedded server may also check its freshness (`date_time_instants`)."""
     return time.strftime(_DATE_TIME_FORMAT, time.gmtime(int(epoch_seconds)))
 
 
@@ -64,9 +64,9 @@ def date_time_instants(value: str) -> tuple[float, ...]:
 
     `yyyyMMdd'T'HHmmss'Z'` gives two readings: UTC (thrust, and every client whose local zone is UTC)
     and this host's local time, because Java and the Python 5.1.2 client format their *local* time with
-    a literal `Z` (reference 2): a client in the server's zone is then recognised too. RFC 3339 with an
-    offset (the Rust client's local time) is one absolute instant; without an offset it gets both
-    readings as well."""
+    a literal `Z` (docs/protocol.md §2.4): a client in the server's zone is then recognised too. RFC 3339 with
+    an offset (the Rust client's local time) is one absolute instant; without an offset it gets both readings
+    as well."""
     if len(value) > _MAX_DATE_TIME_LENGTH:
         return ()
     match = _COMPACT.fullmatch(value)

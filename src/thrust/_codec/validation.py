@@ -1,7 +1,7 @@
 """Request validation shared by the client (before any I/O) and the embedded server (on receipt).
 
 Every check returns None or raises `Invalid` carrying the `apache.rocketmq.v2.Code` the upstream proxy
-answers with for the same input (reference doc sections 1.5 and 7.7). The rules and limits follow
+answers with for the same input (docs/protocol.md §2.3, §5.4). The rules and limits follow
 apache/rocketmq: `proxy/.../grpc/v2/common/GrpcValidator.java`, `SendMessageActivity.java`,
 `ReceiveMessageActivity.java`, `client/.../Validators.java`, `common/.../topic/TopicValidator.java`,
 `common/.../message/MessageConst.java` and the `ProxyConfig` defaults. Where the server must accept what
@@ -89,10 +89,10 @@ TOPIC_MAX_LENGTH: Final = 127
 """`Validators.TOPIC_MAX_LENGTH` (characters)."""
 
 GROUP_MAX_LENGTH: Final = 120
-"""Consumer group names are at most 120 characters (catalogue §1c and B5). apache/rocketmq PR #9563
-("Limit group max length to 120", 2025) lowered it from `Validators.CHARACTER_MAX_LENGTH` (255) because a
-group becomes part of a topic name (`%RETRY%<group>`), and topics are at most 127 characters. Proxies
-older than that change accept up to 255."""
+"""Consumer group names are at most 120 characters (docs/protocol.md §5.4; B5 in docs/reliability.md §4).
+apache/rocketmq PR #9563 ("Limit group max length to 120", 2025) lowered it from
+`Validators.CHARACTER_MAX_LENGTH` (255) because a group becomes part of a topic name (`%RETRY%<group>`), and
+topics are at most 127 characters. Proxies older than that change accept up to 255."""
 
 SYSTEM_TOPIC_PREFIX: Final = "rmq_sys_"
 """`TopicValidator.SYSTEM_TOPIC_PREFIX`: every topic starting with it is a system topic."""
@@ -148,8 +148,8 @@ SYSTEM_GROUPS: Final = frozenset(
         "CID_SYS_RMQ_TRANS",
     }
 )
-"""thrust: system consumer group names refused with ILLEGAL_CONSUMER_GROUP (catalogue §1c and B5: "system
-groups (e.g. `DEFAULT_CONSUMER`) → ILLEGAL_CONSUMER_GROUP"; the e2e suite expects consumption with
+"""thrust: system consumer group names refused with ILLEGAL_CONSUMER_GROUP (B5 in docs/reliability.md §4;
+the apache/rocketmq-e2e suite expects consumption with
 `DEFAULT_CONSUMER` to fail). The proxy itself refuses only the `CID_RMQ_SYS_` prefix."""
 
 MAX_BODY_SIZE: Final = 4 * 1024 * 1024
@@ -322,7 +322,7 @@ def check_topic(topic: str, *, allow_system: bool = False) -> None:
 def check_group(group: str, *, allow_system: bool = False) -> None:
     """`GrpcValidator.validateConsumerGroup`: `Validators.checkGroup` (not blank, at most
     `GROUP_MAX_LENGTH` = 120 characters of `[%|a-zA-Z0-9_-]`), then no system group (`is_system_group`)
-    unless `allow_system`. Catalogue B5: every refusal is ILLEGAL_CONSUMER_GROUP (40003)."""
+    unless `allow_system`. B5 (docs/reliability.md §4): every refusal is ILLEGAL_CONSUMER_GROUP (40003)."""
     if is_blank(group):
         raise Invalid(Code.ILLEGAL_CONSUMER_GROUP, "consumer group name cannot be blank")
     if len(group) > GROUP_MAX_LENGTH:
@@ -445,10 +445,11 @@ def check_body(body: bytes | bytearray | memoryview, max_size: int = MAX_BODY_SI
 
 
 def check_body_digest(kind: int, checksum: str, body: bytes | bytearray | memoryview) -> None:
-    """thrust (catalogue B15, "on send: BAD_REQUEST 40000"): a producer's `SystemProperties.body_digest`
-    must match the body as sent (compressed, if GZIP-encoded), as a consumer verifies the digest it
-    receives (reference 1.4, `MessageViewImpl.fromProtobuf`). The upstream proxy never reads the producer's
-    digest; checking it keeps a body corrupted between the producer and the server out of the store.
+    """thrust (B15 in docs/reliability.md §4, "on send: BAD_REQUEST 40000"): a producer's
+    `SystemProperties.body_digest` must match the body as sent (compressed, if GZIP-encoded), as a consumer
+    verifies the digest it receives (docs/protocol.md §6.6, `MessageViewImpl.fromProtobuf`). The upstream
+    proxy never reads the producer's digest; checking it keeps a body corrupted between the producer and the
+    server out of the store.
 
     `kind` is the `DigestType` number, `checksum` its string: uppercase hex in the protocol, compared
     without regard to case (a CRC32 may carry leading zeros, see `digest.verify_digest`). No digest
@@ -466,9 +467,9 @@ def check_body_digest(kind: int, checksum: str, body: bytes | bytearray | memory
 
 def check_message_id(message_id: str) -> None:
     """The proxy only requires a non-blank id (`SendMessageActivity`, ILLEGAL_MESSAGE_ID) and never parses
-    it (reference doc 3). thrust: control characters (which would corrupt the broker's property encoding)
-    and ids longer than `MESSAGE_ID_MAX_LENGTH` are rejected too; the format is not checked, so legacy
-    and foreign ids pass."""
+    it (docs/protocol.md §5.2). thrust: control characters (which would corrupt the broker's property
+    encoding) and ids longer than `MESSAGE_ID_MAX_LENGTH` are rejected too; the format is not checked, so
+    legacy and foreign ids pass."""
     if is_blank(message_id):
         raise Invalid(Code.ILLEGAL_MESSAGE_ID, "message id cannot be empty")
     if len(message_id) > MESSAGE_ID_MAX_LENGTH:
@@ -488,7 +489,7 @@ def check_delivery_timestamp(
 ) -> None:
     """`SendMessageActivity.validateDelayTime`: `delivery_timestamp` (epoch seconds) may be at most
     `max_delay` seconds after `now` (epoch seconds). Past timestamps are accepted (delivered at once), as
-    by the proxy; the catalogue's B10 row asks to refuse them, but real clusters are the reference
+    by the proxy; B10 in docs/reliability.md §4 asked to refuse them, but real clusters decide
     (tests/reliability/test_bad_input.py::test_b10_past_delivery_time_is_delivered_at_once_...)."""
     if not math.isfinite(delivery_timestamp):
         raise Invalid(Code.ILLEGAL_DELIVERY_TIME, "delivery timestamp is not a finite number")

@@ -1,9 +1,10 @@
-"""The ack batcher: batched, pipelined acks with per-entry retries (seed items 1 and 4).
+"""The ack batcher: batched, pipelined acks with per-entry retries (bench scenarios 1 and 4,
+docs/benchmarks.md#scenarios).
 
-Upstream faults this replaces (reference §4.7, §5.2, §6.4): Java and Python ack one message per RPC and the
-Python client blocks the consuming thread on it; Java retries every failure every 1 s forever; the Rust
-client retries through one queue with head-of-line blocking, retries INVALID_RECEIPT_HANDLE forever and
-never bounds the queue.
+Upstream faults this replaces (docs/protocol.md §8.3, §9.1, §9.2): Java and Python ack one message per RPC and
+the Python client blocks the consuming thread on it; Java retries every failure every 1 s forever; the Rust
+client retries through one queue with head-of-line blocking, retries INVALID_RECEIPT_HANDLE forever and never
+bounds the queue.
 
 Here, entries are grouped per `AckKey` (endpoint, group, topic), because one `AckMessageRequest` carries one
 group and topic and goes to one endpoint. A key's batch is flushed when it has `max_batch` entries or when
@@ -62,7 +63,8 @@ __all__ = [
 ]
 
 _OK = 20000  # Code.OK
-_MULTIPLE_RESULTS = 30000  # Code.MULTIPLE_RESULTS: top-level only, look at the entries (reference §1.5)
+# Code.MULTIPLE_RESULTS: top-level only, look at the entries (docs/protocol.md §2.3).
+_MULTIPLE_RESULTS = 30000
 
 
 class Outcome(IntEnum):
@@ -86,7 +88,7 @@ def classify(code: int) -> Outcome:
     """Outcome of one ack/nack/DLQ entry from its status code.
 
     INVALID_RECEIPT_HANDLE (40013) means the handle expired: retrying can never succeed and Java gives up on
-    it (reference §1.5, §4.7). The rest of the 400xx family is a malformed request, equally hopeless.
+    it (docs/protocol.md §2.3, §8.3). The rest of the 400xx family is a malformed request, equally hopeless.
     Everything else (50xxx, 42900, timeouts, unknown codes) may succeed later and stays bounded by the
     entry's deadline.
     """
@@ -114,7 +116,7 @@ class AckEntry:
 
     Attributes:
         message_id, receipt_handle: the `AckMessageEntry` fields. The original handle is fine even after the
-            proxy auto-renewed it: the proxy substitutes the latest handle (reference §7.6).
+            proxy auto-renewed it: the proxy substitutes the latest handle (docs/protocol.md §7.2).
         deadline: monotonic seconds at which the message becomes visible again anyway; the batcher never
             attempts the entry at or after it.
         token: opaque to the batcher; the io layer's handle back to the message (future, cache slot, nack
@@ -178,9 +180,9 @@ def results_for(
     `top_code` is the response's `status.code`; `entries` are `(message_id, status.code)` of the
     `AckMessageResultEntry`s (empty for ChangeInvisibleDuration / DLQ responses, which carry only a top
     status). Entries are matched by message id, not receipt handle, because the proxy may answer with the
-    renewed handle (reference §7.6). With no result entries, the top status applies to every entry (the
-    proxy's top status is the shared code when all entries agree, §7.7); an entry the server did not answer
-    for under MULTIPLE_RESULTS counts as retriable.
+    renewed handle (docs/protocol.md §7.2). With no result entries, the top status applies to every entry (the
+    proxy's top status is the shared code when all entries agree, docs/protocol.md §7.3); an entry the server
+    did not answer for under MULTIPLE_RESULTS counts as retriable.
     """
     results = list(entries)
     if not results:

@@ -1,9 +1,9 @@
-"""Per-topic assignment diffs (seed item 5b).
+"""Per-topic assignment diffs (bench scenario 5b, docs/benchmarks.md#scenarios).
 
 The Rust client rebuilt its whole queue table from each topic's QueryAssignment answer, so with several
 subscribed topics every scan tore down the other topics' queues. Java's `syncProcessQueue(topic, ...)` only
-looks at the process queues of that topic (reference §4.4); so do we: a diff for topic `t` never mentions a
-queue of another topic.
+looks at the process queues of that topic (docs/protocol.md §3.4); so do we: a diff for topic `t` never
+mentions a queue of another topic.
 
 Who calls what: the push consumer's assignment scan (every 5 s per topic) calls
 `AssignmentTable.sync(topic, assigned, expired)` with the queues from QueryAssignment, drops and cancels

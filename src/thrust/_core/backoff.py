@@ -2,10 +2,11 @@
 
 Two different things, kept apart on purpose:
 
-- `RetryPolicy` is the protocol value `apache.rocketmq.v2.RetryPolicy` (reference §1.4): the producer uses it
+- `RetryPolicy` is the protocol value `apache.rocketmq.v2.RetryPolicy` (docs/protocol.md §4.3): the producer
+uses it
   between send attempts, the push consumer uses it for nack delays and FIFO local retries. The server
   pushes it in Settings; delays keep sub-second precision because the wire carries `Duration` with nanos
-  (the official Python client truncates them to whole seconds, reference §6.4 item 3).
+  (the official Python client truncates them to whole seconds, docs/protocol.md §9.1).
 - `BackoffPolicy` / `Backoff` are local decisions for transport-level retries that the protocol does not
   specify: reconnecting a channel or the telemetry stream and retrying acks per entry. Optional full jitter
   takes an injected `random.Random`, so tests stay deterministic.
@@ -77,7 +78,7 @@ class RetryPolicy:
         """Seconds to wait after failed attempt number `attempt` (1-based), as the Java client computes it.
 
         Exponential: `min(initial * multiplier**(attempt-1), max)`; customized: `next[min(attempt, len)-1]`
-        (`J:retry/ExponentialBackoffRetryPolicy`, `CustomizedBackoffRetryPolicy`, reference §1.4).
+        (Java `ExponentialBackoffRetryPolicy`, `CustomizedBackoffRetryPolicy`, docs/protocol.md §4.3).
         """
         if attempt < 1:
             raise ValueError(f"attempt is 1-based, got {attempt}")
@@ -166,9 +167,9 @@ class Backoff:
 # for 20 s left the simple consumer failing for up to 10 s after it was back (docs/reliability.md, R2).
 RECONNECT_BACKOFF = BackoffPolicy(initial=0.1, maximum=1.0, multiplier=2.0)
 
-# Java retries a failed ack every 1 s forever (reference §4.7); per-entry capped exponential backoff keeps a
-# transient failure cheap (first retry after 100 ms) while a dead broker is not hammered (cap 2 s). Every
-# entry is bounded by its own deadline anyway (see thrust._core.ack).
+# Java retries a failed ack every 1 s forever (docs/protocol.md §8.3); per-entry capped exponential backoff
+# keeps a transient failure cheap (first retry after 100 ms) while a dead broker is not hammered (cap 2 s).
+# Every entry is bounded by its own deadline anyway (see thrust._core.ack).
 ACK_RETRY_BACKOFF = BackoffPolicy(initial=0.1, maximum=2.0, multiplier=2.0)
 
 # EndTransaction is not retried by Java (a failed commit is left to the server's transaction check, which
@@ -179,11 +180,11 @@ END_TRANSACTION_ATTEMPTS = 4
 END_TRANSACTION_BACKOFF = BackoffPolicy(initial=0.05, maximum=1.0, multiplier=3.0)
 
 # Java ProcessQueueImpl: a failed receive is retried after 20 ms on TooManyRequests (broker POLLING_FULL) and
-# after 1 s on any other error (reference §1.3 item 3, §4.5).
+# after 1 s on any other error (docs/protocol.md §6.4, §8.1).
 RECEIVE_BACKOFF_TOO_MANY_REQUESTS = 0.02
 RECEIVE_BACKOFF_DEFAULT = 1.0
 
 
 def receive_retry_delay(too_many_requests: bool) -> float:
-    """Seconds before a push consumer retries a failed ReceiveMessage (Java values, reference §4.5)."""
+    """Seconds before a push consumer retries a failed ReceiveMessage (Java values, docs/protocol.md §8.1)."""
     return RECEIVE_BACKOFF_TOO_MANY_REQUESTS if too_many_requests else RECEIVE_BACKOFF_DEFAULT

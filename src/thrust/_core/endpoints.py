@@ -1,7 +1,7 @@
 """Endpoints: the hashable identity of a server (proxy or broker) and its gRPC target string.
 
-An `Endpoint` mirrors `apache.rocketmq.v2.Endpoints{scheme, addresses}` (reference §1.4). It is the key of
-every per-server table (channels, telemetry sessions, ack batches, isolation), so it is a frozen, slotted
+An `Endpoint` mirrors `apache.rocketmq.v2.Endpoints{scheme, addresses}` (docs/protocol.md §3.1). It is the key
+of every per-server table (channels, telemetry sessions, ack batches, isolation), so it is a frozen, slotted
 value whose equality is its scheme and its ordered address tuple.
 
 Who calls what:
@@ -21,7 +21,7 @@ __all__ = ["Endpoint", "Scheme", "parse_endpoint"]
 
 
 class Scheme(IntEnum):
-    """`apache.rocketmq.v2.AddressScheme` (reference §1.4); UNSPECIFIED is never a valid endpoint."""
+    """`apache.rocketmq.v2.AddressScheme` (docs/protocol.md §3.1); UNSPECIFIED is never a valid endpoint."""
 
     IPV4 = 1
     IPV6 = 2

@@ -1,20 +1,20 @@
 """FIFO consumption order for one process queue: which message may run next, and what to do on failure.
 
-Reference §4.6 (Java `FifoConsumeService`): the messages of a FIFO queue are consumed one after another; with
-`enableFifoConsumeAccelerator` each `message_group` runs its own sequential chain, so different groups go in
-parallel while each group keeps its order. A failed message is retried *locally* after the server's backoff
-for that attempt (the proxy keeps it invisible through auto-renew) and forwarded to the dead-letter queue
-once `max_attempts` is reached (reference §4.7). The retry waits on a timer of the caller, never in a
-sleeping thread (Python 5.1.2 weakness §6.3), and counts from the server's `delivery_attempt`, not from 1
-(weakness §6.4 item 10, Java issue #1096).
+docs/protocol.md §7.6 (Java `FifoConsumeService`): the messages of a FIFO queue are consumed one after
+another; with `enableFifoConsumeAccelerator` each `message_group` runs its own sequential chain, so different
+groups go in parallel while each group keeps its order. A failed message is retried *locally* after the
+server's backoff for that attempt (the proxy keeps it invisible through auto-renew) and forwarded to the
+dead-letter queue once `max_attempts` is reached (docs/protocol.md §8.3). The retry waits on a timer of the
+caller, never in a sleeping thread (as the Python 5.1.2 client does), and counts from the server's
+`delivery_attempt`, not from 1 (docs/protocol.md §9.1, apache/rocketmq-clients #1096).
 
 A group's next message runs only once its head is *settled on the server*: acked, or forwarded to the
-dead-letter queue (reference §4.6: Java `FifoConsumeService` submits the next message when the future of
-`ProcessQueueImpl.eraseFifoMessage` completes, and that future completes when `ackFifoMessage` /
+dead-letter queue (docs/protocol.md §7.6: Java `FifoConsumeService` submits the next message when the future
+of `ProcessQueueImpl.eraseFifoMessage` completes, and that future completes when `ackFifoMessage` /
 `forwardToDeadLetterQueue` has succeeded). Releasing the group as soon as the ack or forward is merely
-*queued* lets the next message run while the head may still come back: if the ack or forward then fails,
-the server redelivers the head after later messages of its group. So the head's ack / forward is retried
-for as long as its queue is assigned (`UNTIL_SETTLED`, every `FIFO_SETTLE_BACKOFF`), and the group waits;
+*queued* lets the next message run while the head may still come back: if the ack or forward then fails, the
+server redelivers the head after later messages of its group. So the head's ack / forward is retried for as
+long as its queue is assigned (`UNTIL_SETTLED`, every `FIFO_SETTLE_BACKOFF`), and the group waits;
 `releases_chain` says which outcomes end the wait.
 
 Pure: no I/O, no clock; the caller owns timers and RPCs.
@@ -58,24 +58,24 @@ def fifo_failure_action(attempt: int, max_attempts: int) -> FifoAction:
     """RETRY while `attempt` (the attempt that just failed, 1-based) is below `max_attempts`.
 
     `max_attempts` comes from the server's `backoff_policy.max_attempts` (17 = 16 retries + the first
-    delivery, reference §1.4); a value below 1 is treated as 1 (dead-letter at the first failure).
+    delivery, docs/protocol.md §4.3); a value below 1 is treated as 1 (dead-letter at the first failure).
     """
     return FifoAction.RETRY if attempt < max(1, max_attempts) else FifoAction.DEAD_LETTER
 
 
 # The deadline of a FIFO head's ack / dead-letter forward while its queue is assigned: none. Push receives use
-# auto_renew, so the proxy keeps the head invisible while this client is connected (reference §7.6: for up
-# to `renewMaxTimeMillis` = 3 h, after which it nacks the message and the next attempt is answered
+# auto_renew, so the proxy keeps the head invisible while this client is connected (docs/protocol.md §7.2: for
+# up to `renewMaxTimeMillis` = 3 h, after which it nacks the message and the next attempt is answered
 # INVALID_RECEIPT_HANDLE, which releases the chain). The head does not become visible again "anyway" within
 # any shorter window, and giving up would leave the group blocked (or, if released, let the head come back
 # after its successors). Java likewise retries until the ack / forward succeeds or the process queue is
-# dropped (`ackFifoMessageLater`, `forwardToDeadLetterQueueLater`: "Process queue was dropped, give up").
-# The io layer bounds the entry with `AckBatcher.cap_deadline` when the queue is dropped; close bounds all.
+# dropped (`ackFifoMessageLater`, `forwardToDeadLetterQueueLater`: "Process queue was dropped, give up"). The
+# io layer bounds the entry with `AckBatcher.cap_deadline` when the queue is dropped; close bounds all.
 UNTIL_SETTLED = math.inf
 
 # How soon a FIFO head's failed ack / forward is tried again. Java waits 100 ms (`ACK_FIFO_MESSAGE_DELAY`,
-# `FORWARD_FIFO_MESSAGE_TO_DLQ_DELAY` in current releases; 1 s in the release reference §4.7 describes) and
-# re-sends a forward answered with a non-OK status at once. The whole group waits on this retry, so it
+# `FORWARD_FIFO_MESSAGE_TO_DLQ_DELAY` in current releases; 1 s in the release docs/protocol.md §8.3 describes)
+# and re-sends a forward answered with a non-OK status at once. The whole group waits on this retry, so it
 # starts as soon as Java's and is capped at Java's older 1 s, never hammering a broker in trouble.
 FIFO_SETTLE_BACKOFF = BackoffPolicy(initial=0.1, maximum=1.0, multiplier=2.0)
 

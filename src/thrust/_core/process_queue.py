@@ -1,7 +1,8 @@
-"""Cache accounting and receive credit for one assigned queue of a push consumer (seed items 5a, 6).
+"""Cache accounting and receive credit for one assigned queue of a push consumer (bench scenarios 5a, 6).
 
-Java's `ProcessQueueImpl` (reference §4.5) runs one ReceiveMessage at a time per queue, polls a full cache
-every 1 s, and lets removed queues finish their long polls before new ones start (seed 5a). Here:
+Java's `ProcessQueueImpl` (docs/protocol.md §8.1) runs one ReceiveMessage at a time per queue, polls a full
+cache
+every 1 s, and lets removed queues finish their long polls before new ones start (scenario 5a). Here:
 
 - A queue may have up to `max_receives_in_flight` receives at once, while the cache has room for all of them:
   each receive reserves the count it asks for, so the cached count never exceeds its threshold.
@@ -11,7 +12,7 @@ every 1 s, and lets removed queues finish their long polls before new ones start
 - A full cache is not polled: the io layer waits for an event (a consumption freeing room, a receive
   completing) instead of Java's 1 s re-check.
 - `drop()` flips a flag that makes `receive_plan` answer 0 at once; the io layer cancels the queue's in-flight
-  long polls immediately rather than waiting up to 20 s for them (seed 5a).
+  long polls immediately rather than waiting up to 20 s for them (scenario 5a).
 
 Flow-control invariant: `cached_count <= count threshold` always; `cached_bytes <= byte threshold + one
 batch`, given that messages are no larger than the largest already seen by this queue: a receive started while
@@ -32,8 +33,9 @@ How the io layer drives one queue (one event per queue, set after every `on_*` c
     consumption path: pq.on_consumed(n, nbytes, now) when a message leaves the cache (after its ack settles)
     assignment scan: drop the queue when `pq.expired(now)`.
 
-Partial results (`on_partial`, seed item 5a). Java acts on a ReceiveMessage only once its stream has
-completed (reference §1.3): the messages are collected and handed to the process queue together. thrust's
+Partial results (`on_partial`, scenario 5a). Java acts on a ReceiveMessage only once its stream has
+completed (docs/protocol.md §6.4): the messages are collected and handed to the process queue together.
+    thrust's
 push consumer hands the first message of a stream to the listener as soon as it arrives, while the server
 is still streaming the rest (reading 32 messages to the end costs several ms; on an idle queue the listener
 would wait for all of it), and the rest together when the stream ends. Each such chunk is cached as it is
@@ -86,7 +88,7 @@ class QueueBudget:
     ) -> None:
         if max_count < 1 or max_bytes < 1 or max_receives_in_flight < 1 or batch_size < 1:
             raise ValueError("max_count, max_bytes, max_receives_in_flight and batch_size must be >= 1")
-        self.max_count = max_count  # Java maxCacheMessageCount (4096, reference §4.10)
+        self.max_count = max_count  # Java maxCacheMessageCount (4096, docs/protocol.md §8.5)
         self.max_bytes = max_bytes  # Java maxCacheMessageSizeInBytes (64 MiB)
         self.max_receives_in_flight = max_receives_in_flight
         self.batch_size = batch_size
@@ -99,7 +101,7 @@ class QueueBudget:
         self.queue_count = max(1, n)
 
     def apply_settings(self, settings: ClientSettings) -> None:
-        """Take the server-merged batch size, long polling and request timeout (reference §4.2 item 4)."""
+        """Take the server-merged batch size, long polling and request timeout (docs/protocol.md §4.2)."""
         self.batch_size = max(1, settings.receive_batch_size)
         self.long_polling_timeout = settings.long_polling_timeout
         self.request_timeout = settings.request_timeout
@@ -181,7 +183,7 @@ class ProcessQueue:
         self._last_activity = now
         self._cache_full_at = float("-inf")
         # Ids of receives that failed or came back empty: reused by the next receive, so that the broker can
-        # re-serve the same (FIFO) batch (reference §1.1 field 8). One per concurrent receive: concurrent
+        # re-serve the same (FIFO) batch (docs/protocol.md §6.1). One per concurrent receive: concurrent
         # receives must not share an id, or the broker would treat the second as a retry of the first.
         self._spare_attempt_ids: list[str] = []
 
@@ -273,8 +275,8 @@ class ProcessQueue:
 
         `largest` (optional) is the largest body among them; otherwise the batch average is used to estimate
         message size. An empty result (MESSAGE_NOT_FOUND, or nothing after the chunks) is `n == 0` and keeps
-        the attempt id for reuse unless a chunk was handed over; messages rotate it (Java, reference §1.1
-        field 8).
+        the attempt id for reuse unless a chunk was handed over; messages rotate it (Java,
+        docs/protocol.md §6.1).
         """
         if not self._close(ticket, now):
             return
@@ -285,9 +287,9 @@ class ProcessQueue:
     def on_receive_failed(self, ticket: ReceiveTicket, too_many_requests: bool, now: float) -> float:
         """The receive failed; returns the delay before this queue receives again (also seen by `wake_at`).
 
-        20 ms after TOO_MANY_REQUESTS, 1 s after anything else (Java, reference §4.5). The attempt id is kept
-        for the retry, unless a chunk of the stream was already handed over (`on_partial`): then the retry
-        must not have the broker serve that batch again. What was handed over stays cached. A cancelled
+        20 ms after TOO_MANY_REQUESTS, 1 s after anything else (Java, docs/protocol.md §8.1). The attempt id
+        is kept for the retry, unless a chunk of the stream was already handed over (`on_partial`): then the
+        retry must not have the broker serve that batch again. What was handed over stays cached. A cancelled
         receive of a dropped queue may call this too; it only releases credit.
         """
         if not self._close(ticket, now):
@@ -315,7 +317,8 @@ class ProcessQueue:
         self.dropped = True
 
     def expired(self, now: float) -> bool:
-        """No receive activity for `budget.idle_limit` while the cache was not full (Java `expired()`, §4.4).
+        """No receive activity for `budget.idle_limit` while the cache was not full (Java `expired()`,
+        docs/protocol.md §8.1).
 
         A queue whose cache is full is waiting for consumption, not stuck, so it never expires while full or
         within the idle limit after it was last full.

@@ -2,14 +2,14 @@
 
 The codec turns a `QueryRouteResponse` into `RouteQueue`s; `RouteCache.update` stores them per topic and says
 which endpoints appeared or disappeared across all routes (sessions: heartbeats and telemetry are per
-endpoint, reference §4.2-4.3). Routes are refreshed every 30 s (reference §4.3).
+endpoint, docs/protocol.md §4.5, §4.6). Routes are refreshed every 30 s (docs/protocol.md §3.2).
 
 Producer: `QueueSelector.candidates` returns, for one send, the queues to use for attempt 1, 2, ... (the
 attempt number n uses `candidates[(n - 1) % len(candidates)]`), Java `PublishingLoadBalancer` style: round
 robin over writable queues, a different broker on each attempt when there is one, isolated endpoints last.
 FIFO messages hash their message group to one queue and stay on it across retries, so order holds.
 
-Consumer: `AssignmentEndpointSelector.pick` says where to send QueryAssignment (reference §4.4).
+Consumer: `AssignmentEndpointSelector.pick` says where to send QueryAssignment (docs/protocol.md §3.4).
 
 Isolation: an endpoint is isolated after a transport failure (the io layer calls `isolate`) and un-isolated
 by any successful call to it (`on_success`, heartbeats included) or after `cooldown` seconds.
@@ -40,7 +40,7 @@ MASTER_BROKER_ID = 0
 
 
 class Permission(IntEnum):
-    """`apache.rocketmq.v2.Permission` (reference §1.4)."""
+    """`apache.rocketmq.v2.Permission` (docs/protocol.md §3.1)."""
 
     UNSPECIFIED = 0
     NONE = 1
@@ -136,7 +136,7 @@ class RouteCache:
         degraded_refresh_period: float = 5.0,
         degraded_memory: float = 600.0,
     ) -> None:
-        self.refresh_period = refresh_period  # Java/Python updateRouteCache period (reference §4.3, §8)
+        self.refresh_period = refresh_period  # Java/Python updateRouteCache period (docs/protocol.md §4.6)
         self.degraded_refresh_period = min(degraded_refresh_period, refresh_period)
         self.degraded_memory = degraded_memory
         self._routes: dict[str, TopicRoute] = {}
@@ -306,7 +306,7 @@ class AssignmentEndpointSelector:
 
     def pick(self, route: TopicRoute, access_point: Endpoint | None = None) -> Endpoint | None:
         """The access point when the route contains it; else round robin over master queues whose permission
-        is not NONE (reference §4.4). None when the route has no such queue (try again next scan)."""
+        is not NONE (docs/protocol.md §3.4). None when the route has no such queue (try again next scan)."""
         if access_point is not None and access_point in route.endpoints:
             return access_point
         queues: Sequence[RouteQueue] = route.queues

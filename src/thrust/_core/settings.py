@@ -1,10 +1,11 @@
 """Client settings: local defaults, what the server pushes in Telemetry, and their merge.
 
 The client writes its Settings on every telemetry stream and the server answers with the authoritative
-Settings (reference §1.2, §1.4). The codec turns that answer into a `ServerSettings` (None = the server did
-not set the field); `merge(local, server)` gives the effective `ClientSettings` that producers and consumers
-read. Every server answer is merged again from the local settings, so a field the server stops sending
-falls back to the local value instead of latching (the official Python client latches `fifo`, §6.4 item 4).
+Settings (docs/protocol.md §4.1, §4.2). The codec turns that answer into a `ServerSettings` (None = the server
+did not set the field); `merge(local, server)` gives the effective `ClientSettings` that producers and
+consumers read. Every server answer is merged again from the local settings, so a field the server stops
+sending falls back to the local value instead of latching (the official Python client latches `fifo`,
+docs/protocol.md §9.1).
 
 Who calls what: the io layer's telemetry owner calls `merge` on each Settings reply and publishes the result;
 nothing else mutates settings.
@@ -28,10 +29,10 @@ __all__ = [
 
 MiB = 1024 * 1024
 
-# Producer: max 3 attempts, exponential 10 ms -> 1 s, x2 (reference §1.4 field 3, §8).
+# Producer: max 3 attempts, exponential 10 ms -> 1 s, x2 (docs/protocol.md §4.3).
 PRODUCER_RETRY_POLICY = RetryPolicy.exponential(3, 0.010, 1.0, 2.0)
 
-# Consumer: retryMaxTimes 16 + 1 = 17 attempts, the proxy's customized delays (reference §1.4 field 3, §8).
+# Consumer: retryMaxTimes 16 + 1 = 17 attempts, the proxy's customized delays (docs/protocol.md §4.3).
 CONSUMER_RETRY_POLICY = RetryPolicy.customized(
     17,
     (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200),
@@ -45,14 +46,15 @@ class ClientSettings:
     Durations are seconds (float, sub-second precision kept).
 
     Attributes:
-        request_timeout: deadline of unary RPCs (Java 3 s, reference §4.10).
+        request_timeout: deadline of unary RPCs (Java 3 s, docs/protocol.md §8.5).
         retry_policy: producer send retries, or consumer nack delays / FIFO local retries.
         keep_local_max_attempts: True for producers: the user's `max_attempts` survives the server's answer,
             only the backoff is taken from the server (Java `PublishingSettings.sync` -> `inheritBackoff`).
-        fifo: the group consumes orderly; decided by the server (reference §4.2 item 5).
+        fifo: the group consumes orderly; decided by the server (docs/protocol.md §4.2).
         receive_batch_size: ReceiveMessage `batch_size` (32; the proxy caps at 32).
         long_polling_timeout: ReceiveMessage long-poll wait. Java's local default is 30 s, but the proxy
-            clamps to [5 s, 20 s] and answers 20 s (§8), so 20 s is the value that is actually used.
+            clamps to [5 s, 20 s] and answers 20 s (docs/protocol.md §4.2), so 20 s is the value that is
+            actually used.
         max_body_size: producer-side body limit (proxy: 4 MiB).
         validate_message_type: the producer checks a queue's accepted message types before sending.
         metric_on: the server asks for client metrics (proxy default off).
@@ -87,11 +89,11 @@ class ClientSettings:
 
 
 def receive_deadline(long_polling_timeout: float, request_timeout: float) -> float:
-    """Deadline of one ReceiveMessage call: long polling + request timeout (Java, reference §4.5), with the
-    long polling raised to the proxy's 5 s minimum first.
+    """Deadline of one ReceiveMessage call: long polling + request timeout (Java, docs/protocol.md §6.2), with
+    the long polling raised to the proxy's 5 s minimum first.
 
     The proxy clamps the polling time to [5 s, 20 s] and refuses with ILLEGAL_POLLING_TIME a call whose
-    remaining deadline is below the clamped time and below 5 s (reference §7.5 step 2). A 1 s wait with a
+    remaining deadline is below the clamped time and below 5 s (docs/protocol.md §6.2). A 1 s wait with a
     1 s + 3 s deadline was therefore refused; with max(wait, 5 s) + request timeout the proxy may hold the
     call for its full 5 s minimum and still answer before the deadline."""
     return max(long_polling_timeout, MIN_POLLING_SECONDS) + request_timeout

@@ -1,9 +1,9 @@
-"""Request metadata (gRPC headers) per reference §2, built as cheaply as the protocol allows.
+"""Request metadata (gRPC headers) per docs/protocol.md §2.4, built as cheaply as the protocol allows.
 
 The static headers (client id, language, version, protocol, namespace, session token) are computed once
 per client. The date-time header has one-second resolution and, with credentials, the HMAC signature
 depends only on it, so both are recomputed at most once per second, not once per call (the official
-Python client signs every call, even without credentials: reference §6.4 item 6). Only the request id
+Python client signs every call, even without credentials: docs/protocol.md §9.1). Only the request id
 changes per call, and it is a prefix plus a counter rather than a fresh UUID.
 """
 
@@ -32,14 +32,15 @@ def _client_version() -> str:
 
 
 # The proxy compares x-mq-client-version with "5.0.3" to pick ILLEGAL_POLLING_TIME over BAD_REQUEST
-# (reference §2, §7.5); we speak the current protocol, so we announce a 5.x version, suffixed with ours.
+# (docs/protocol.md §2.4, §6.2); we speak the current protocol, so we announce a 5.x version, suffixed with
+# ours.
 CLIENT_VERSION = f"5.1.0-thrust-{_client_version()}"
 
 _client_index = itertools.count()
 
 
 def new_client_id() -> str:
-    """`host@pid@index@base36(time_ns)`, the shape Java and Python use (reference §2)."""
+    """`host@pid@index@base36(time_ns)`, the shape Java and Python use (docs/protocol.md §2.4)."""
     host = socket.gethostname() or "localhost"
     n = time.time_ns()
     digits = "0123456789abcdefghijklmnopqrstuvwxyz"
@@ -83,7 +84,8 @@ class Metadata:
         date_time = format_date_time(float(second))
         headers = [*self._static, ("x-mq-date-time", date_time)]
         if self._ak is not None and self._sk is not None:
-            # Sign only when credentials exist (reference §9: no HMAC without credentials).
+            # Sign only when credentials exist (no HMAC without credentials, unlike Python:
+            # docs/protocol.md §9.1).
             headers.append(("authorization", sign(self._ak, self._sk, date_time)))
         self._cached = tuple(headers)
         self._second = second

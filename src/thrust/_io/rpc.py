@@ -3,7 +3,7 @@
 `RpcClient` wraps one `grpc.aio` channel to one endpoint. Every unary call and every ReceiveMessage
 stream goes through `RpcClient.unary` / `RpcClient.receive`; each turns `grpc.aio.AioRpcError` into a
 `ThrustError` subclass, and a non-OK `Status` in the response body into `error_for_status(...)`
-(RocketMQ answers every unary RPC with gRPC OK and puts the outcome in the body: reference §1, §7.1).
+(RocketMQ answers every unary RPC with gRPC OK and puts the outcome in the body: docs/protocol.md §2.2).
 No other module catches `grpc.RpcError`.
 """
 
@@ -53,7 +53,8 @@ _EOF: Any = grpc.aio.EOF  # type: ignore[attr-defined]  # missing from grpc-stub
 
 OK_ONLY: frozenset[int] = frozenset({Code.OK})
 _TRANSIENT_FAILURE = grpc.ChannelConnectivity.TRANSIENT_FAILURE
-# Send and Ack answer MULTIPLE_RESULTS when entries differ; the caller inspects entries (reference §1.5).
+# Send and Ack answer MULTIPLE_RESULTS when entries differ; the caller inspects entries
+# (docs/protocol.md §2.3).
 OK_OR_MULTIPLE: frozenset[int] = frozenset({Code.OK, Code.MULTIPLE_RESULTS})
 
 _GRPC_TO_ERROR: dict[grpc.StatusCode, type[ThrustError]] = {
@@ -83,10 +84,10 @@ def _task_cancelled() -> bool:
     """Whether the running task is being cancelled, as opposed to only its gRPC call.
 
     grpc.aio raises `asyncio.CancelledError` in the awaiting task when the *call* is cancelled, e.g.
-    because its channel was closed: transport recovery (reference §4.3) replaces a channel and closes the
-    old one after a grace, cancelling the calls still in flight on it. The task itself was not cancelled
-    then (`Task.cancelling() == 0`); the caller must get a typed, retriable error (`_channel_closed`)
-    instead of a bare CancelledError escaping a public call. A real cancellation is re-raised as it is."""
+    because its channel was closed: transport recovery (docs/protocol.md §4.6) replaces a channel and closes
+    the old one after a grace, cancelling the calls still in flight on it. The task itself was not cancelled
+    then (`Task.cancelling() == 0`); the caller must get a typed, retriable error (`_channel_closed`) instead
+    of a bare CancelledError escaping a public call. A real cancellation is re-raised as it is."""
     task = asyncio.current_task()
     return task is None or task.cancelling() > 0
 
@@ -110,8 +111,8 @@ def translate_grpc_error(exc: grpc.RpcError, request_id: str | None, what: str) 
         # during its own close as ClientClosedError (`ClientSession._raise_if_closed`).
         return ConnectionError(f"{what} failed: CANCELLED by the server: {details}", request_id=request_id)
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED and any(m in details for m in _TOO_LARGE_DETAILS):
-        # The request is over the server's max inbound message size (catalogue S8): the same call can
-        # never pass, so it is final (PAYLOAD_TOO_LARGE), not flow control to retry.
+        # The request is over the server's max inbound message size (S8, docs/reliability.md §5): the same
+        # call can never pass, so it is final (PAYLOAD_TOO_LARGE), not flow control to retry.
         return PayloadTooLargeError(
             f"{what} failed: RESOURCE_EXHAUSTED: {details}",
             code=Code.PAYLOAD_TOO_LARGE,
@@ -224,7 +225,7 @@ class RpcClient:
     def __init__(self, endpoint: Endpoint, config: ClientConfig, metadata: Metadata) -> None:
         self.endpoint = endpoint
         # Consecutive transport-level failures (DEADLINE_EXCEEDED / UNAVAILABLE) of calls on this channel;
-        # maintained by the session, which replaces the channel after two (reference §4.3).
+        # maintained by the session, which replaces the channel after two (docs/protocol.md §4.6).
         self.transport_failures = 0
         self._metadata = metadata
         self._closed = False
@@ -307,14 +308,14 @@ class RpcClient:
     async def receive(
         self, request: Any, timeout: float, on_message: Callable[[Any], None] | None = None
     ) -> ReceiveResult:
-        """Run one ReceiveMessage stream to completion (reference §1.3: clients act on completion).
+        """Run one ReceiveMessage stream to completion (docs/protocol.md §6.4: clients act on completion).
 
         MESSAGE_NOT_FOUND is an empty result, not an error. Other non-OK statuses raise.
 
         `on_message`, when given, is called with each message that arrives after an OK status, as it
         arrives, instead of collecting it into the result: the proxy writes the status first and each
-        message is final once written (reference §1.3), so a consumer may start on the first message
-        while the server is still streaming the rest of the batch (seed 000 item 5a: reading 32
+        message is final once written (docs/protocol.md §6.4), so a consumer may start on the first message
+        while the server is still streaming the rest of the batch (bench scenario 5a: reading 32
         messages to the end costs several ms). Messages before any status are collected as usual. If
         the stream then fails, the error is raised as usual; the messages already handed over stay
         delivered (they are invisible on the broker either way).
@@ -359,7 +360,7 @@ class RpcClient:
         if code == Code.MESSAGE_NOT_FOUND:
             return ReceiveResult(code, text, [], delivery)
         if code == -1:
-            # No status at all: Java assumes INTERNAL_SERVER_ERROR (reference §1.3 item 5); keep messages
+            # No status at all: Java assumes INTERNAL_SERVER_ERROR (docs/protocol.md §6.4); keep messages
             # only if some came (they are already invisible on the broker, dropping them delays them).
             if not messages:
                 raise InternalError(
@@ -373,7 +374,7 @@ class RpcClient:
         return ReceiveResult(code, text, messages, delivery)
 
     def telemetry(self, requests: AsyncIterator[Any]) -> TelemetryCall:
-        """Open the bidirectional Telemetry stream fed by `requests`; no deadline (reference §1.2)."""
+        """Open the bidirectional Telemetry stream fed by `requests`; no deadline (docs/protocol.md §4.1)."""
         if self._closed:
             raise ClientClosedError("Telemetry: the client is closed")
         md = self._metadata()

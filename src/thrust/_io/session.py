@@ -7,11 +7,12 @@
   inserts a task that opens the Telemetry stream and waits for the server's Settings answer; later callers
   await the same task (shielded, so a cancelled caller never cancels it); a failed task is removed so that
   the next call tries again. Nothing holds a lock across I/O: a slow new endpoint never delays calls to
-  endpoints that already have a session (seed 000 item 3; Java `ClientManagerImpl` holds a lock there,
-  reference §4.9);
-- a route cache per topic with the same task-per-key pattern, refreshed every 30 s (reference §4.3); route
+  endpoints that already have a session (bench scenario 3, docs/benchmarks.md#scenarios; Java
+  `ClientManagerImpl` holds a lock there, docs/protocol.md §2.6);
+- a route cache per topic with the same task-per-key pattern, refreshed every 30 s (docs/protocol.md §3.2);
+route
   listeners hear of every change, and sessions with endpoints that left every route are closed;
-- heartbeats every 10 s and a Settings re-sync every 5 min on every telemetry stream (reference §4.3);
+- heartbeats every 10 s and a Settings re-sync every 5 min on every telemetry stream (docs/protocol.md §4.6);
 - `call(endpoint, rpc, request)` / `receive(endpoint, request)`: ensure the session, then call through
   `thrust._io.rpc`, where gRPC errors and non-OK statuses become ThrustErrors;
 - `close(timeout)`: bounded and idempotent (see its docstring).
@@ -52,13 +53,13 @@ T = TypeVar("T")
 HEARTBEAT_INTERVAL = 10.0
 SETTINGS_SYNC_INTERVAL = 300.0
 ROUTE_REFRESH_INTERVAL = 30.0
-# Java waits 3 s + request timeout for the first Settings answer of a new endpoint (reference §4.2 item 3).
+# Java waits 3 s + request timeout for the first Settings answer of a new endpoint (docs/protocol.md §4.5).
 SETTINGS_WAIT_EXTRA = 3.0
 # Java's recoverTransport: 2 consecutive DEADLINE_EXCEEDED (or UNAVAILABLE) replace the transport, at most
-# once per 30 s (reference §4.3). Our cooldown is shorter so that a replacement that was itself made while
-# the network was down can be replaced again well inside the 30 s budget for a dead connection (keepalive
-# is the backstop); failures are counted per channel, so the calls that were in flight on a replaced
-# channel never count against its successor.
+# once per 30 s (docs/protocol.md §4.6). Our cooldown is shorter so that a replacement that was itself made
+# while the network was down can be replaced again well inside the 30 s budget for a dead connection
+# (keepalive is the backstop); failures are counted per channel, so the calls that were in flight on a
+# replaced channel never count against its successor.
 TRANSPORT_FAILURES_TO_RECOVER = 2
 TRANSPORT_RECOVERY_COOLDOWN = 5.0
 
@@ -217,7 +218,7 @@ class ClientSession:
         return s
 
     def _apply_settings(self, endpoint: Endpoint, settings: pb.Settings) -> None:
-        # Every answer is merged again from the local defaults (no latching: reference §6.4 item 4).
+        # Every answer is merged again from the local defaults (no latching: docs/protocol.md §9.1).
         self.settings = merge(self.local_settings, convert.server_settings_from_pb(settings))
         self.settings_version += 1
 
@@ -267,8 +268,9 @@ class ClientSession:
         self.recover_transport(endpoint, f"{client.transport_failures} consecutive failures, last: {exc}")
 
     def recover_transport(self, endpoint: Endpoint, why: str) -> None:
-        """Java's recoverTransport (reference §4.3): a fresh channel (so a fresh connection) for `endpoint`,
-        and its telemetry stream reopened on it. Calls in flight on the old channel finish or time out."""
+        """Java's recoverTransport (docs/protocol.md §4.6): a fresh channel (so a fresh connection) for
+        `endpoint`, and its telemetry stream reopened on it. Calls in flight on the old channel finish or time
+        out."""
         if self._closing:
             return
         logger.warning("connection to %s looks dead (%s); replacing it", endpoint, why)
@@ -464,7 +466,7 @@ class ClientSession:
         - route listeners are told when the topic's queues changed (`add_route_listener`);
         - sessions with endpoints that are in no route any more (and are not the access point) are closed:
           their telemetry stream ends and their channel closes once in-flight calls are done. Java keeps
-          them until its 30 min idle sweep and stops renewing their telemetry (reference §4.3, §4.8).
+          them until its 30 min idle sweep and stops renewing their telemetry (docs/protocol.md §4.6, §4.8).
         """
         old = self.routes.get(topic)
         route = self.routes.update(topic, queues, time.monotonic()).route

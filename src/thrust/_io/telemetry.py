@@ -1,9 +1,9 @@
 """The Telemetry stream of one endpoint: settings handshake, server commands, re-establishment.
 
-One `TelemetryStream` per (client, endpoint), as every upstream client (reference §1.2, §4.8). It opens
+One `TelemetryStream` per (client, endpoint), as every upstream client (docs/protocol.md §4.1, §4.8). It opens
 the bidirectional stream, writes the client's Settings at once, and reads server commands until the
 stream ends. When the server closes or breaks it, it is opened again after a short capped backoff (the
-first retry after 0.1 s, then doubling; Java waits 1 s: reference §4.8) and the Settings are re-sent,
+first retry after 0.1 s, then doubling; Java waits 1 s: docs/protocol.md §4.8) and the Settings are re-sent,
 so a restarted proxy learns the client again within about a second.
 
 Writes go through a bounded queue feeding the request iterator, so a slow stream never blocks a caller
@@ -37,7 +37,7 @@ _QUEUE_BOUND = 64
 
 class TelemetryHandler:
     """What a client does with server commands. Subclass and override; the defaults answer as Java's
-    `ClientImpl` does for a client without the feature (reference §1.2, §4.8)."""
+    `ClientImpl` does for a client without the feature (docs/protocol.md §4.4)."""
 
     def settings_command(self) -> pb.Settings:
         """The Settings to report (sent on open, periodically and after every re-establishment)."""
@@ -130,7 +130,7 @@ class TelemetryStream:
         return True
 
     def sync_settings(self) -> bool:
-        """Send the client's current Settings again (periodic re-sync, reference §4.3)."""
+        """Send the client's current Settings again (periodic re-sync, docs/protocol.md §4.6)."""
         return self.write(spb.TelemetryCommand(settings=self._handler.settings_command()))
 
     def reconnect(self) -> None:

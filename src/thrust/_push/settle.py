@@ -1,6 +1,7 @@
 """The loop-side driver of an `AckBatcher`: acks, nacks and dead-letter forwarding in the background.
 
-Seed 000 items 1 and 4. The pure `thrust._core.ack.AckBatcher` decides what to send, when, and what to do
+Bench scenarios 1 and 4 (docs/benchmarks.md#scenarios). The pure `thrust._core.ack.AckBatcher` decides what to
+send, when, and what to do
 with each entry's result; this driver only turns its answers into RPC tasks and loop timers:
 
     add(key, entry)       -> batcher.add; a kick when the batcher says a new flush time exists

@@ -43,8 +43,8 @@ __all__ = ["main"]
 
 
 class _CountingFaults(Faults):
-    """Also counts the acks answered INVALID_RECEIPT_HANDLE by `expire` (seed 000 item 4: how often a
-    client retries a handle that can never succeed)."""
+    """Also counts the acks answered INVALID_RECEIPT_HANDLE by `expire` (bench scenario 4,
+    docs/benchmarks.md#scenarios: how often a client retries a handle that can never succeed)."""
 
     def __init__(self) -> None:
         super().__init__()

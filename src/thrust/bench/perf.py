@@ -1,5 +1,6 @@
 """The engine of `thrust perf`: producers and consumers driven through thrust's public API, measured with
-`thrust.bench.stats` and reported in the pulsar-perf shape (perf-tools reference §3.4-3.6).
+`thrust.bench.stats` and reported in the pulsar-perf shape (apache/pulsar
+`pulsar-testclient/.../PerformanceProducer.java`, `PerformanceConsumer.java`).
 
 Producer latency is send -> receipt (`Producer.send_async` future), measured from just before the send
 asks for a window slot, as pulsar-perf measures from just before `sendAsync` (which blocks when the

@@ -1,5 +1,6 @@
-"""The named scenarios of `thrust bench` (seed 000's table, plus seeds 003 and 004), the raw gRPC ceiling,
-and the server's own ceiling.
+"""The named scenarios of `thrust bench` (docs/benchmarks.md#scenarios: 1-5b from the Rust client's
+apache/rocketmq-clients#1445, 6 and 7 after two Pulsar client fixes), the raw gRPC ceiling, and the
+server's own ceiling.
 
 Every scenario runs against a fresh embedded server in a child process (`ControlServer`), with the
 fault and latency injection the scenario names, and a backlog stored directly in the broker so that
@@ -7,7 +8,7 @@ the prefill costs the measured run nothing. The thrust side runs in this process
 runs `official_driver.py` in the official client's venv against the same kind of server. Acked counts
 and RPC counts are read from the server's counters, the same way for both clients.
 
-On the embedded server (like the proxy, reference 7.4) a non-FIFO group is assigned one "acting queue"
+On the embedded server (like the proxy, docs/protocol.md §3.3) a non-FIFO group is assigned one "acting queue"
 per broker, so "N queues" in a scenario means N brokers with one queue each: N assignments, N process
 queues in the consumer.
 """
@@ -341,7 +342,8 @@ def _consume_scenario(
 
 
 def _sc4_window(ctx: Context) -> float:
-    """Seed 000 counts the attempts on the invalid handles over 15 s; short runs (tests) use less."""
+    """apache/rocketmq-clients#1445 counts the attempts on the invalid handles over 15 s; short runs (tests)
+    use less."""
     return 15.0 if ctx.duration >= 10 else max(3.0, ctx.duration)
 
 
@@ -416,7 +418,7 @@ async def _sc4_official(ctx: Context) -> dict[str, float]:
 # ---------------------------------------------------------------------------------------------------
 # scenario 3: healthy sends while a new broker's Telemetry settings answer takes 3 s
 
-_SC3_SLOW = 3.0  # seconds the new broker holds its Telemetry settings reply (seed 000)
+_SC3_SLOW = 3.0  # seconds the new broker holds its Telemetry settings reply (as in #1445)
 _SC3_SENDERS = 8
 
 
@@ -569,7 +571,7 @@ _SC5A_TOPIC = "s5a"
 
 def _sc5a_server() -> ControlServer:
     # Two brokers with one queue each: the proxy pops a broker's acting queue whatever queue id the
-    # request names (reference 7.4), so "queue 0" and "queue 1" are broker 0's and broker 1's queue.
+    # request names (docs/protocol.md §3.3), so "queue 0" and "queue 1" are broker 0's and broker 1's queue.
     # Only broker 1 holds messages, so queue 0's receive parks in a long poll (the server's 20 s).
     spec = {"brokers": 2, "topics": [f"{_SC5A_TOPIC}:1"], "groups": [f"{GROUP}:fifo"], "faults": []}
     server = ControlServer(spec)
@@ -651,7 +653,8 @@ async def _sc5a_official(ctx: Context) -> dict[str, float]:
 
 
 # ---------------------------------------------------------------------------------------------------
-# scenario 6 (seed 003): backlog over many queues plus a fast producer; latency must stay flat
+# scenario 6 (after apache/pulsar#16336): backlog over many queues plus a fast producer; latency must stay
+# flat
 
 
 async def _sc6_thrust(ctx: Context) -> dict[str, float]:
@@ -735,7 +738,8 @@ async def _sc6_official(ctx: Context) -> dict[str, float]:
 
 async def _raw_grpc(ctx: Context) -> dict[str, float]:
     """Receive(32) + Ack(32 entries) loops on bare grpc.aio stubs, no client library: the most a Python
-    gRPC consumer can do against this server on this machine (python-grpc-ceilings Table 7's pattern)."""
+    gRPC consumer can do against this server on this machine (the pattern a client library adds its own work
+    to)."""
     import grpc
 
     from thrust._proto.apache.rocketmq.v2 import definition_pb2 as pb
@@ -876,7 +880,7 @@ async def _raw_send(ctx: Context) -> dict[str, float]:
 
 
 # ---------------------------------------------------------------------------------------------------
-# scenario 7 (seed 004): per-message acks vs batched acks
+# scenario 7 (after apache/pulsar-client-go#968): per-message acks vs batched acks
 
 
 def _sc7(batch: bool) -> tuple[Runner, Runner]:
@@ -1014,7 +1018,7 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             "6",
-            "(seed 003) backlog over 8 queues + producer at 1,000 msg/s, e2e",
+            "backlog over 8 queues + producer at 1,000 msg/s, e2e",
             (
                 Row("consumed_per_s", "consumer msg/s (median interval)"),
                 Row("p99_first_ms", "e2e latency p99, first interval (ms)", False, 1),
@@ -1026,7 +1030,7 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             "7a",
-            "(seed 004) per-message acks (ack batch size 1), 4 queues, full rate",
+            "per-message acks (ack batch size 1), 4 queues, full rate",
             (
                 Row("consumed_per_s", "consumed msg/s"),
                 Row("acked_per_s", "acked msg/s"),
@@ -1037,7 +1041,7 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             "7b",
-            "(seed 004) batched acks (32 entries, 10 ms linger), 4 queues, full rate",
+            "batched acks (32 entries, 10 ms linger), 4 queues, full rate",
             (
                 Row("consumed_per_s", "consumed msg/s"),
                 Row("acked_per_s", "acked msg/s"),

@@ -1,10 +1,11 @@
 """Throughput and latency recording for `thrust perf` and `thrust bench`, in the pulsar-perf shape.
 
-Two HdrHistograms per recorder, as pulsar-perf keeps two `Recorder`s (perf-tools reference §3.6): one per
-reporting interval (reset at every report) and one for the whole run. Latencies are recorded in
-microseconds, 3 significant digits, clamped to one hour (pulsar-perf master's precision and range: 5
-digits would cost megabytes per histogram for nothing we print). Messages and bytes are counted from the
-start; latencies only once the warm-up is over (pulsar-perf `--warmup-time`).
+Two HdrHistograms per recorder, as pulsar-perf keeps two `Recorder`s (apache/pulsar
+`PerformanceProducer.java`: `recorder` and `cumulativeRecorder`): one per reporting interval (reset at every
+report) and one for the whole run. Latencies are recorded in microseconds, 3 significant digits, clamped to
+one hour (pulsar-perf master's precision and range: 5 digits would cost megabytes per histogram for nothing we
+print). Messages and bytes are counted from the start; latencies only once the warm-up is over (pulsar-perf
+`--warmup-time`).
 
 Not thread-safe: record from the event loop's thread. Listener threads hand their samples over through
 `SampleInbox` (a deque appended from any thread, drained on the loop).

@@ -1,4 +1,4 @@
-"""`thrust bench`: named scenarios (seed 000's table, seeds 003/004) on the embedded server with fault and
+"""`thrust bench`: named scenarios (docs/benchmarks.md#scenarios) on the embedded server with fault and
 latency injection; thrust and/or the official Python client; a markdown table and `--json`.
 
 Each cell is the median of `--repeat` runs. Runs are interleaved (run 1 of every scenario and client,

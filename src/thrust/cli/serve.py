@@ -230,7 +230,7 @@ def register(subparsers: Any) -> None:
 
 
 def _read_private(path: Path, flag: str) -> bytes:
-    """A secret file's bytes; refused when other users may access it (catalogue S10, as ssh and
+    """A secret file's bytes; refused when other users may access it (S10, docs/reliability.md §5, as ssh and
     PostgreSQL refuse such private keys; group access stays allowed, e.g. Debian's ssl-cert group)."""
     mode = path.stat().st_mode
     if mode & stat.S_IRWXO:

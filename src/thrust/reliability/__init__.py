@@ -1,6 +1,6 @@
 """Reliability test harness: history recorder and checker, TCP fault proxy, protobuf fuzzer.
 
-Test tooling only (reliability-catalogue §3.0). The library core never imports this package;
+Test tooling only (the fault tools of docs/reliability.md §3). The library core never imports this package;
 `history` is pure (no grpc, no asyncio) so it can check histories anywhere, while `proxy` and
 `fuzz` are asyncio/grpc tools imported explicitly by the tests that need them.
 """

@@ -1,4 +1,4 @@
-"""Protobuf fuzzer for a running RocketMQ 5 gRPC server (reliability-catalogue B11, S9).
+"""Protobuf fuzzer for a running RocketMQ 5 gRPC server (B11, S9 in docs/reliability.md §4, §5).
 
     report = await fuzz("127.0.0.1:8081", cases=10_000, seed=1)
     assert report.ok, report.summary
@@ -456,7 +456,7 @@ class Fuzzer:
                 tag="fuzz",
                 keys=["key"],
                 message_id=self.message_id,
-                # A matching digest: the server refuses a wrong one (catalogue B15), and the seed should
+                # A matching digest: the server refuses a wrong one (B15), and the seed should
                 # reach the store; mutations of the body or the checksum exercise the refusal.
                 body_digest=d.Digest(type=d.CRC32, checksum=compute_digest(DigestType.CRC32, b"fuzz body")),
                 body_encoding=d.IDENTITY,

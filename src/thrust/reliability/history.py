@@ -1,22 +1,22 @@
-"""Jepsen-style message history: a cheap recorder and a checker for the catalogue's P1-P4 properties.
+"""Jepsen-style message history: a cheap recorder and a checker for P1-P4 of docs/reliability.md §1.
 
 The recorder appends one tuple per event under a `threading.Lock` and never awaits, so producer
 tasks, consumer callbacks and worker threads can share one recorder. The checker follows the
-reliability catalogue §2b/§3.0 vocabulary:
+vocabulary of docs/reliability.md §1:
 
 - *lost*: a payload with an OK send that was never delivered (Jepsen `total-queue`, MQChecker);
 - *unexpected*: a delivery of a payload that was never sent, or under a message id that none of the
   payload's sends produced;
 - *recovered*: delivered although every send of it failed or had an unknown outcome (allowed);
 - *duplicates*, split by cause. RocketMQ clients reuse the message id on automatic retries
-  (rocketmq-clients `docs/message_id.md`), so a stored copy cannot be told from a redelivery by id
+  (apache/rocketmq-clients docs/message_id.md), so a stored copy cannot be told from a redelivery by id
   alone: a redelivery of the same stored message has a delivery attempt one higher than an earlier
   delivery of that id, while a second stored copy starts again at attempt 1. Payloads stored under
   several message ids are application resends or "unknown" sends that were in fact stored.
   Redeliveries the consumer asked for (nack / change-invisible) are not duplicates;
 - *order*: within a message group, first deliveries follow send order (OrderChecker plus the
-  catalogue's "no inversion" rule), and no later message is delivered while an earlier one of the
-  same group is still pending (RocketMQ FIFO blocks the group until ack, `03fifomessage.md`).
+  "no inversion" rule of docs/reliability.md §1), and no later message is delivered while an earlier one of
+  the same group is still pending (RocketMQ FIFO blocks the group until ack, docs/protocol.md §7.6).
 
 By default the recorder keeps its events in memory. With ``HistoryRecorder(path=...)`` it streams each
 event as one JSON line to an append-only file instead and keeps nothing but a counter, so a long run
@@ -491,9 +491,9 @@ def check(
     `require_ack`: every delivered payload must end acked or dead-lettered (P1 counts the others).
     `max_attempts`: the group's max delivery attempts (RocketMQ default 17); enables the DLQ check.
     `call_bound`: P3, the longest a send may take from invoke to completion (seconds).
-    `recovery_bound`: P4, from a fault's heal to the next OK send / first delivery (catalogue: 15 s).
-    `copies_per_send`: how many duplicates one at-risk send may cause (the producer's max attempts
-    minus one, plus one for an application resend); scales the P2 window.
+    `recovery_bound`: P4, from a fault's heal to the next OK send / first delivery (docs/reliability.md §1: 15
+    s). `copies_per_send`: how many duplicates one at-risk send may cause (the producer's max attempts minus
+    one, plus one for an application resend); scales the P2 window.
     """
     hist = history.snapshot() if isinstance(history, HistoryRecorder) else history
     events = hist.events
@@ -619,7 +619,7 @@ def check(
     redeliveries = sum(n for c, n in causes.items() if c not in _PRODUCER_CAUSES and c != CAUSE_REQUESTED)
 
     # P2 window: un-acked deliveries and in-flight sends at each fault start, plus every send with a
-    # failed/unknown outcome and every delivery whose ack failed or never happened (catalogue P2).
+    # failed/unknown outcome and every delivery whose ack failed or never happened (P2).
     at_risk_deliveries: set[int] = set()
     at_risk_sends: set[int] = set()
     for d in deliveries:

@@ -1,4 +1,4 @@
-"""In-process asyncio TCP fault proxy (reliability-catalogue §3.0 fault tool (b), Toxiproxy-like).
+"""In-process asyncio TCP fault proxy (fault tool (b) of docs/reliability.md §3, Toxiproxy-like).
 
     async with FaultProxy(target=("127.0.0.1", server_port)) as proxy:
         channel = grpc.aio.insecure_channel(proxy.endpoint)

@@ -1,9 +1,9 @@
 """A FaultProxy in a child process, switched by commands over a pipe.
 
-The soak (catalogue L5) judges the memory of the *client* process. A FaultProxy in that process would
-charge the client with the proxy's own memory: a 64 KiB bytes object per chunk read, in each direction,
-for every byte of traffic, plus its queues, which moves glibc's heap as much as the client does. In a
-child process the proxy is the network, as the server child is the broker.
+The soak (L5, docs/reliability.md §2) judges the memory of the *client* process. A FaultProxy in that process
+would charge the client with the proxy's own memory: a 64 KiB bytes object per chunk read, in each direction,
+for every byte of traffic, plus its queues, which moves glibc's heap as much as the client does. In a child
+process the proxy is the network, as the server child is the broker.
 
     async with ProxyProcess(target=("127.0.0.1", server_port), host="127.0.0.2") as proxy:
         ...  # clients connect to proxy.endpoint

@@ -1,6 +1,6 @@
-"""Soak run (reliability catalogue L5): steady load with periodic network faults, sampling resources.
+"""Soak run (L5, docs/reliability.md §2): steady load with periodic network faults, sampling resources.
 
-    python -m thrust.reliability.soak --duration 3600            # the catalogue's hour
+    python -m thrust.reliability.soak --duration 3600            # L5's hour
     python -m thrust.reliability.soak --duration 420 --json out.json
     python -m thrust.reliability.soak --server real --duration 600   # a real RocketMQ, R1-R4 in turn
 
@@ -32,7 +32,7 @@ P5, from the samples:
 - RSS, compared like with like on the *steady* samples, those at the end of each healed half-cycle
   (30 s after a heal, full load, no fault; every sample when there are no faults; like the fd/task
   checks below, each is the minimum of 5 readings 0.2 s apart) at or after the warm-up (default 300 s,
-  the catalogue's 5 minutes; duration / 5 for runs shorter than 360 s). Growth = median of the steady
+  P5's 5 minutes; duration / 5 for runs shorter than 360 s). Growth = median of the steady
   samples in the last window / median of those in the first window - 1 <= 10 %, a window being the
   first (last) 10 minutes of steady samples, or a third of their span when that is shorter. Medians,
   because a single steady sample swings by +-10 MiB on a ~75 MiB client with a flat heap (glibc keeps
@@ -97,7 +97,7 @@ REAL_FAULTS: tuple[str, ...] = ("kill-broker-b", "terminate-proxy", "kill-proxy"
 REAL_PROXY_CONFIG: dict[str, Any] = {"defaultInvisibleTimeMills": 15_000, "useEndpointPortFromRequest": True}
 
 
-WARMUP = 300.0  # the catalogue's 5-minute warm-up before the RSS baseline
+WARMUP = 300.0  # P5's 5-minute warm-up before the RSS baseline (docs/reliability.md §1)
 RSS_GROWTH = 0.10
 RSS_WINDOW = 600.0  # seconds of steady samples whose median is compared at each end of the run
 FD_TASK_SLACK = 5
@@ -546,11 +546,10 @@ async def _run(state: _Soak) -> tuple[Any, int, int]:
                         quiet = 0.0
                 # A receive reply the black hole swallowed leaves its messages popped for the push
                 # consumer: the server auto-renews them for as long as that client is alive, as the proxy
-                # does with every handle it popped for a live client (reference 7.6; they would come back
-                # after the 3 h renew limit). Java and thrust cannot nack messages they never saw, so the
+                # does with every handle it popped for a live client (docs/protocol.md §7.2; they would come
+                # back after the 3 h renew limit). Java and thrust cannot nack messages they never saw, so the
                 # way back is a restart: closing sends NotifyClientTermination (released after ~1 s), and a
-                # successor in the same group drains them. Counted in the figures as
-                # `push_after_restart`.
+                # successor in the same group drains them. Counted in the figures as `push_after_restart`.
                 before_restart = state.push_deliveries
                 await push.close()
                 state.push_acked_first = push.stats().acked
@@ -671,7 +670,7 @@ def _figures(state: _Soak, final: Any, end_fds: int, end_tasks: int) -> dict[str
     args = state.args
     samples = state.samples
     # require_ack=False: an ack whose reply a fault swallowed has an unknown outcome (the server usually
-    # applied it, and then never redelivers); P1 is the catalogue's lost = 0 and unexpected = 0.
+    # applied it, and then never redelivers); P1 is lost = 0 and unexpected = 0.
     reports: dict[str, Report] = {}
     hung: list[str] = []
     for name, rec in (("push", state.push_rec), ("simple", state.simple_rec)):
@@ -773,7 +772,7 @@ def _parser() -> argparse.ArgumentParser:
         "--warmup",
         type=float,
         default=None,
-        help="RSS baseline time (default 300 s, the catalogue's; duration / 5 when duration < 360 s)",
+        help="RSS baseline time (default 300 s, as P5 asks; duration / 5 when duration < 360 s)",
     )
     p.add_argument("--request-timeout", type=float, default=3.0)
     p.add_argument("--send-bound", type=float, default=11.0, help="P3 bound of one send in seconds")

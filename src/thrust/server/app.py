@@ -21,10 +21,11 @@ __all__ = [
 ]
 
 MAX_INBOUND_MESSAGE_SIZE: Final = 130 * 1024 * 1024
-"""The proxy's `grpcMaxInboundMessageSize` (130 MiB, catalogue 1c): a 4 MiB body plus any overhead fits."""
+"""The proxy's `grpcMaxInboundMessageSize` (130 MiB, docs/protocol.md §2.6): a 4 MiB body plus overhead
+fits."""
 
 DEFAULT_DATE_TIME_WINDOW: Final = 15 * 60.0
-"""Catalogue S5: +-15 min on `x-mq-date-time` when auth is on and TLS is off."""
+"""S5 (docs/reliability.md §5): +-15 min on `x-mq-date-time` when auth is on and TLS is off."""
 
 _GROUP_SYNTAX: Final = "NAME[:fifo][:max-attempts=N]"
 
@@ -157,7 +158,7 @@ class ServerConfig:
             in-flight messages are released (the proxy's channel expiry is 120 s).
         broker_prefix: brokers are named `<prefix>-0`, `<prefix>-1`, ...
 
-    Security and resource limits (reliability catalogue section 4, S5, S7, S8, S12); every duration in
+    Security and resource limits (S5, S7, S8, S12 of docs/reliability.md §5); every duration in
     seconds:
         date_time_window: how far `x-mq-date-time` may be from the server's clock when authentication is
             on (S5: the signature covers only that header, so a captured one replays for as long as the

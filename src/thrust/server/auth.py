@@ -1,4 +1,4 @@
-"""Per-call request headers: the client id and optional AK/SK authentication (reference 2, 7.1).
+"""Per-call request headers: the client id and optional AK/SK authentication (docs/protocol.md §2.4, §2.5).
 
 The proxy's `ContextInitPipeline` reads `x-mq-client-id` (blank → CLIENT_ID_REQUIRED), the language,
 the client version and the namespace; with authentication on, `DefaultAuthenticationContextBuilder`
@@ -6,8 +6,8 @@ parses `authorization` and checks the HMAC-SHA1 of `x-mq-date-time`. Without aut
 `authorization` header is ignored entirely (the Python client always sends one, with an empty
 Credential). Request id, namespace and protocol headers are never required.
 
-Unlike the proxy, a freshness window on `x-mq-date-time` can be enforced (catalogue S5): the signature
-covers only that header, so without a window a captured header is a credential for ever.
+Unlike the proxy, a freshness window on `x-mq-date-time` can be enforced (S5, docs/reliability.md §5): the
+signature covers only that header, so without a window a captured header is a credential for ever.
 """
 
 from __future__ import annotations

@@ -61,7 +61,8 @@ def duration_seconds(value: duration_pb2.Duration) -> float:
 
 
 def inbound_message(message: d.Message, client_id: str, now: float) -> InboundMessage:
-    """Validate one message of a SendMessage request (reference 7.7, the proxy's order) and convert it.
+    """Validate one message of a SendMessage request (docs/protocol.md §5.4, the proxy's order) and convert
+    it.
 
     The message type, when unspecified, is inferred as the proxy's `buildMessage` does from the system
     properties: a delivery timestamp makes it DELAY, a message group FIFO, else NORMAL. A priority makes a
@@ -88,7 +89,7 @@ def inbound_message(message: d.Message, client_id: str, now: float) -> InboundMe
         now=now,
     )
     if sp.HasField("body_digest"):
-        # Catalogue B15: a digest that does not match the body is refused (BAD_REQUEST), nothing stored;
+        # B15 (docs/reliability.md §4): a digest that does not match the body is refused (BAD_REQUEST);
         # no digest, no check (thrust's producer sends none).
         check_body_digest(sp.body_digest.type, sp.body_digest.checksum, message.body)
     recovery: float | None = None
@@ -146,7 +147,8 @@ def _fill(out: d.Message, m: StoredMessage) -> d.SystemProperties:
     if m.keys:
         sp.keys.extend(m.keys)
     sp.message_id = m.message_id
-    # The proxy's digest: MD5 of the body as stored (compressed if GZIP), uppercase hex (reference 1.4).
+    # The proxy's digest: MD5 of the body as stored (compressed if GZIP), uppercase hex
+    # (docs/protocol.md §6.6).
     digest = sp.body_digest
     digest.type = _MD5
     digest.checksum = hashlib.md5(body).hexdigest().upper()
@@ -186,7 +188,7 @@ def stored_message_pb(message: StoredMessage) -> d.Message:
 
 def delivery_pb(delivery: Delivery, out: d.Message) -> None:
     """Fill `out` (an empty Message, usually `ReceiveMessageResponse.message`) with a delivered
-    message and every SystemProperties field clients read (reference 7.8 item 7)."""
+    message and every SystemProperties field clients read (docs/protocol.md §5.1)."""
     sp = _fill(out, delivery.message)
     sp.receipt_handle = delivery.receipt_handle
     sp.delivery_attempt = delivery.delivery_attempt

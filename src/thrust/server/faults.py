@@ -136,7 +136,8 @@ class Stats:
         injected: injected faults per RPC name.
         delayed: calls per RPC name that `Faults.delay_fraction` delayed.
         receives: the last `RECENT_RECEIVES` ReceiveMessage calls, oldest first, with their `attempt_id`
-            (catalogue F14: a retried receive should reuse the attempt id of the one that failed).
+            (F14, docs/reliability.md §3: a retried receive should reuse the attempt id of the one that
+            failed).
     """
 
     calls: Counter[str] = field(default_factory=Counter)
@@ -207,9 +208,9 @@ class Faults:
     ) -> None:
         """Delay a `fraction` (0..1) of the calls of `rpc` (on `broker`, or every broker) by a duration drawn
         uniformly from [`low`, `high`] seconds (`high` defaults to `low`), on top of any `add_latency`. Both
-        draws use the seeded RNG, so a run is reproducible for a given call order. Catalogue F3's "hook
-        adding 2-5 s delay to 10 % of calls": a slow broker, not a dead one (a call slower than the
-        client's deadline is cancelled before it is handled). A fraction of 0 removes the delays of `rpc`
+        draws use the seeded RNG, so a run is reproducible for a given call order. F3's "2-5 s
+        delay on 10 % of calls" (docs/reliability.md §3): a slow broker, not a dead one (a call slower than
+        the client's deadline is cancelled before it is handled). A fraction of 0 removes the delays of `rpc`
         on `broker`."""
         high = low if high is None else high
         if not 0.0 <= fraction <= 1.0:
@@ -307,8 +308,9 @@ class Faults:
         """Make QueryAssignment for (`topic`, `group`) answer exactly `queues`, each a
         `(broker index, queue id)` (queue id -1: the broker's acting queue), in that order, on every
         port; None removes the override. An empty list is an empty assignment. Lets a test stage
-        "the assignment moves from queue 0 to queue 1" (seed 000 item 5a), which a real proxy does on
-        rebalance. Entries naming a broker the server does not have are left out of the answer."""
+        "the assignment moves from queue 0 to queue 1" (bench scenario 5a, docs/benchmarks.md#scenarios),
+        which a real proxy does on rebalance. Entries naming a broker the server does not have are left
+        out of the answer."""
         key = (topic, group)
         if queues is None:
             self._assignments.pop(key, None)

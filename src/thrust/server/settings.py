@@ -1,8 +1,8 @@
 """Server side of the Telemetry settings handshake: validate the client's `Settings`, merge in the
 authoritative values and remember them per client id.
 
-Follows the proxy's `GrpcClientSettingsManager` (reference 1.4 and 7.2): whatever the client reports
-is echoed, and the server adds the values clients depend on (reference 7.8 item 4):
+Follows the proxy's `GrpcClientSettingsManager` (docs/protocol.md §4.2): whatever the client reports
+is echoed, and the server adds the values clients depend on:
 
 - consumers: `subscription.fifo` from the group, `receive_batch_size=32`, `long_polling_timeout=20s`,
   `backoff_policy` from the group's retry policy (default 17 attempts, customized 1 s..2 h);
@@ -46,7 +46,7 @@ DEFAULT_REQUEST_TIMEOUT: Final = 3.0
 """The clients' default request timeout, used when Settings did not carry one."""
 
 PRODUCER_BACKOFF: Final = RetryPolicy(max_attempts=3, customized=(), exponential=(0.01, 1.0, 2.0))
-"""The proxy's producer backoff: 3 attempts, exponential 10 ms .. 1 s, x2 (reference 1.4)."""
+"""The proxy's producer backoff: 3 attempts, exponential 10 ms .. 1 s, x2 (docs/protocol.md §4.3)."""
 
 CONSUMER_TYPES: Final = frozenset(
     {
@@ -58,7 +58,7 @@ CONSUMER_TYPES: Final = frozenset(
     }
 )
 
-# Settings.client_properties limits (reference 1.4, field 9).
+# Settings.client_properties limits (docs/protocol.md §4.2).
 _MAX_CLIENT_PROPERTIES: Final = 32
 _MAX_CLIENT_PROPERTY_KEY: Final = 64
 _MAX_CLIENT_PROPERTY_VALUE: Final = 256
@@ -75,7 +75,7 @@ class ClientSettings:
         client_type: `Settings.client_type`.
         group: the consumer group (consumers only), else None.
         fifo: the group's FIFO flag sent back to a consumer.
-        request_timeout: the client's request timeout in seconds (long-polling math, reference 7.5).
+        request_timeout: the client's request timeout in seconds (long-polling math, docs/protocol.md §6.2).
         merged: the authoritative `Settings` sent back to the client.
     """
 
@@ -89,7 +89,7 @@ class ClientSettings:
 def check_client_properties(properties: dict[str, str]) -> None:
     """`Settings.client_properties`: at most 32 entries, keys `[a-zA-Z][a-zA-Z0-9_.-]*` of at most 64
     characters and not starting with the reserved `rocketmq.`, values of at most 256 characters, at most
-    4 KB in total (UTF-8 keys + values); else INVALID_CLIENT_PROPERTIES (reference 1.4)."""
+    4 KB in total (UTF-8 keys + values); else INVALID_CLIENT_PROPERTIES (docs/protocol.md §4.2)."""
     if len(properties) > _MAX_CLIENT_PROPERTIES:
         raise Invalid(
             Code.INVALID_CLIENT_PROPERTIES, f"too many client properties, max is {_MAX_CLIENT_PROPERTIES}"

@@ -5,7 +5,7 @@ argv[1] JSON: {"endpoints", "group", "topic", "expression": "*", "expect_ok": N,
 
 The listener returns FAILURE for the first K calls for a message whose body is in `fail` (K = -1:
 always), SUCCESS otherwise. Calls are counted per body, not by delivery_attempt, because the FIFO
-consumption of the official client retries locally without a new delivery (reference 6.2 step 8).
+consumption of the official client retries locally without a new delivery (docs/protocol.md §9.1).
 Runs until N distinct messages were consumed successfully and every always-failing message was seen
 M times, then waits `settle_s` for anything unexpected. Emits `consumed` for every listener call (with
 the call number, delivery attempt and result), then `exit`. Messages in `hang` block the listener

@@ -2,8 +2,8 @@
 
 Upstream keeps topic config in the NameServer/broker (`TopicConfig`) and group config in the broker's
 `SubscriptionGroupConfig`; a test server only needs the parts clients observe: the queue count and
-accepted message types (QueryRoute, reference 7.3), and per group the FIFO flag and retry policy sent in
-Settings (reference 1.4, 7.2).
+accepted message types (QueryRoute, docs/protocol.md §3.2), and per group the FIFO flag and retry policy sent
+in Settings (docs/protocol.md §4.2, §4.3).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from thrust.server.core.model import BrokerError, GroupInfo, MessageType, RetryP
 
 __all__ = ["DLQ_PREFIX", "Catalog", "dead_letter_topic"]
 
-#: Upstream's dead-letter topic prefix (`MixAll.DLQ_GROUP_TOPIC_PREFIX`, reference 7.7).
+#: Upstream's dead-letter topic prefix (`MixAll.DLQ_GROUP_TOPIC_PREFIX`, docs/protocol.md §7.5).
 DLQ_PREFIX = "%DLQ%"
 
 # Every type but PRIORITY: a topic accepting PRIORITY messages is served highest queue first (see

@@ -1,6 +1,6 @@
 """Server-side message filtering: TAG expressions and RocketMQ's SQL92 dialect.
 
-`compile_filter` turns a subscription's `FilterExpression` (reference doc 7.5 step 4) into a
+`compile_filter` turns a subscription's `FilterExpression` (docs/protocol.md §6.5) into a
 `MessageFilter` once; the receive path then calls `matches(tag, properties)` per message.
 
 TAG (upstream `FilterAPI.buildSubscriptionData`): `*` or an empty expression selects every message;

@@ -42,7 +42,7 @@ class MessageType(IntEnum):
 
 
 class BrokerError(Exception):
-    """A request-level failure; the service answers it as `Status{code, message}` (reference 7.1).
+    """A request-level failure; the service answers it as `Status{code, message}` (docs/protocol.md §2.2).
 
     The core raises only this for bad input (unknown topic, expired receipt handle, wrong transaction
     id...), never KeyError/ValueError, so the service can map every failure without a catch-all.
@@ -73,8 +73,8 @@ class MessageMatcher(Protocol):
         ...
 
 
-# Upstream's default consumer backoff (reference 1.4, Settings.backoff_policy): 1s 5s 10s 30s 1m..10m 20m 30m
-# 1h 2h.
+# Upstream's default consumer backoff (docs/protocol.md §4.3, Settings.backoff_policy): 1s 5s 10s 30s 1m..10m
+# 20m 30m 1h 2h.
 DEFAULT_CUSTOMIZED_BACKOFF: tuple[float, ...] = (
     1,
     5,
@@ -99,7 +99,8 @@ DEFAULT_CUSTOMIZED_BACKOFF: tuple[float, ...] = (
 
 @dataclass(frozen=True, slots=True)
 class RetryPolicy:
-    """A consumer group's retry backoff, sent to consumers in `Settings.backoff_policy` (reference 1.4).
+    """A consumer group's retry backoff, sent to consumers in `Settings.backoff_policy`
+    (docs/protocol.md §4.3).
 
     Attributes:
         max_attempts: deliveries before a message goes to the DLQ (`retryMaxTimes + 1`, default 17).
@@ -112,7 +113,8 @@ class RetryPolicy:
     exponential: tuple[float, float, float] | None = None
 
     def delay(self, attempt: int) -> float:
-        """Backoff before redelivery after delivery number `attempt` failed (Java formula, reference 1.4).
+        """Backoff before redelivery after delivery number `attempt` failed (Java formula,
+        docs/protocol.md §4.3).
 
         Exponential: `min(initial * multiplier**(attempt-1), max)`; customized:
         `next[min(attempt, len) - 1]`. Attempts below 1 count as 1.
@@ -155,7 +157,8 @@ class TopicInfo:
 
 @dataclass(frozen=True, slots=True)
 class GroupInfo:
-    """A consumer group. `fifo` is upstream's `consumeMessageOrderly` (reference 7.4); `retry` its backoff."""
+    """A consumer group. `fifo` is upstream's `consumeMessageOrderly` (docs/protocol.md §3.3); `retry` its
+    backoff."""
 
     name: str
     fifo: bool = False
@@ -164,12 +167,12 @@ class GroupInfo:
 
 @dataclass(frozen=True, slots=True)
 class InboundMessage:
-    """One message of a SendMessage request, already validated by the service (reference 7.7).
+    """One message of a SendMessage request, already validated by the service (docs/protocol.md §5.4).
 
     Attributes:
         topic: target topic name.
         body: the payload as sent (possibly gzip-compressed, see `body_encoding_gzip`).
-        message_id: the producer-assigned id (SystemProperties.message_id, reference 3).
+        message_id: the producer-assigned id (SystemProperties.message_id, docs/protocol.md §5.2).
         tag: SystemProperties.tag, used by TAG filters.
         keys: SystemProperties.keys.
         properties: user properties.
@@ -380,7 +383,7 @@ class _StoredMessageBuilder:
 
 @dataclass(frozen=True, slots=True)
 class SendResult:
-    """One `SendResultEntry` (reference 7.7): the producer's id, placement, and handles.
+    """One `SendResultEntry` (docs/protocol.md §5.5): the producer's id, placement, and handles.
 
     `transaction_id` is "" unless the message is transactional; `recall_handle` is "" unless it is a
     delayed message (then `Broker.recall` accepts it until the message is delivered). `offset` is the
@@ -398,11 +401,12 @@ class SendResult:
 
 @dataclass(frozen=True, slots=True)
 class Delivery:
-    """One popped message: what ReceiveMessage streams to the consumer (reference 7.5).
+    """One popped message: what ReceiveMessage streams to the consumer (docs/protocol.md §6.3).
 
     Attributes:
         message: the stored message.
-        receipt_handle: opaque handle for Ack / ChangeInvisibleDuration / ForwardToDLQ (reference 7.6).
+        receipt_handle: opaque handle for Ack / ChangeInvisibleDuration / ForwardToDLQ
+            (docs/protocol.md §7.1).
         delivery_attempt: 1 on first delivery, +1 per redelivery (SystemProperties.delivery_attempt).
         invisible_until: when the message becomes visible again unless acked (or renewed).
         dead_letter_of: `(original topic, original message id)` when popped from a `%DLQ%` topic
@@ -418,7 +422,8 @@ class Delivery:
 
 @dataclass(frozen=True, slots=True)
 class TransactionCheck:
-    """A due RecoverOrphanedTransactionCommand for the producer `producer_client_id` (reference 7.7)."""
+    """A due RecoverOrphanedTransactionCommand for the producer `producer_client_id`
+    (docs/protocol.md §5.8)."""
 
     producer_client_id: str
     message: StoredMessage

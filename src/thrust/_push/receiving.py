@@ -1,0 +1,195 @@
+"""The per-queue receive loop: receives in flight while the cache has room, each stream's messages
+decoded, cached and handed to the listener pool (bench scenario 6; docs/benchmarks.md#scenarios).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from thrust._codec import convert
+from thrust._core.ack import AckEntry
+from thrust._core.fifo import FifoSequencer
+from thrust._core.process_queue import ReceiveTicket
+from thrust._proto.apache.rocketmq.v2 import service_pb2 as spb
+from thrust._push.results import Results
+from thrust._push.state import _Delivery, _Queue, _Token, logger
+from thrust.errors import ThrustError, TooManyRequestsError
+
+
+class _Stream:
+    """The messages of one ReceiveMessage stream on their way to the listener (bench scenario 5a).
+
+    Java acts on a ReceiveMessage only once its stream has completed (docs/protocol.md §6.4: the response
+    observer collects the messages and completes the receive in `onCompleted`), and thrust did the same. But
+    the server writes the status first and then one message per gRPC write, and each message is final once
+    written; reading a 32-message stream to its end takes several ms, during which an idle queue's listener
+    has nothing to do (scenario 5a: the first message reached the client after ~4 ms and the listener after
+    ~10 ms). So thrust deviates: the *first* message after the OK status is decoded, cached and handed to the
+    listener pool at once (`ClientSession.receive(..., on_message=)`), and the rest are held and handed over
+    together when the stream ends. That is at most two hand-offs per receive, never one per message: the rule
+    of scenario 6 that nothing crosses a thread per message when it can cross per batch still holds (a second
+    chunk per burst, flushed by `call_soon`, would not help: gRPC resumes the reader once per message, so it
+    would flush after every message). The process queue accounts the first message as a partial result
+    (`ProcessQueue.on_partial`). FIFO order holds: the stream is in order, and the sequencer chains the rest
+    behind the first.
+    """
+
+    __slots__ = ("consumer", "held", "queue", "ticket")
+
+    def __init__(self, consumer: Receiving, queue: _Queue, ticket: ReceiveTicket) -> None:
+        self.consumer = consumer
+        self.queue = queue
+        self.ticket = ticket
+        # None until the first message was handed over; then the messages that arrived after it.
+        self.held: list[Any] | None = None
+
+    def arrived(self, raw: Any) -> None:
+        """`RpcClient.receive`'s `on_message`: called on the loop for each message after the OK status."""
+        held = self.held
+        if held is not None:
+            held.append(raw)
+            return
+        self.held = []
+        try:
+            self.consumer._take(self.queue, self.ticket, (raw,), final=False)
+        except Exception:  # never break the stream's reader: the message is then left to redelivery
+            logger.exception("handing over the first message of a receive from %s failed", self.queue.id)
+
+
+class Receiving(Results):
+    """The receive layer of `PushConsumer`."""
+
+    async def _run_queue(self, q: _Queue) -> None:
+        """Start receives while the plan allows, else await the queue's event. No polling, no recursion."""
+        loop = asyncio.get_running_loop()
+        pq = q.pq
+        while not pq.dropped and not self._closing:
+            q.event.clear()
+            now = time.monotonic()
+            n = pq.receive_plan(now)
+            if n == 0:
+                wake = pq.wake_at(now)
+                if wake is not None and q.timer is None:
+                    q.timer = loop.call_at(loop.time() + (wake - now), self._wake_queue, q)
+                await q.event.wait()
+                continue
+            ticket = pq.on_receive_started(n, now)
+            task = loop.create_task(self._receive(q, ticket))
+            q.receivers.add(task)
+            task.add_done_callback(q.receivers.discard)
+
+    def _wake_queue(self, q: _Queue) -> None:
+        q.timer = None
+        q.event.set()
+
+    async def _receive(self, q: _Queue, ticket: ReceiveTicket) -> None:
+        """One ReceiveMessage on `q`. Its first message goes to the listener as soon as it arrives, the rest
+        together when the stream ends (`_Stream`)."""
+        session = self.session
+        settings = session.settings
+        request = spb.ReceiveMessageRequest()
+        assert q.request is not None
+        request.CopyFrom(q.request)
+        request.batch_size = ticket.requested
+        request.long_polling_timeout.CopyFrom(convert.duration(settings.long_polling_timeout))
+        request.attempt_id = ticket.attempt_id
+        stream = _Stream(self, q, ticket)
+        try:
+            result = await session.receive(
+                q.endpoint, request, timeout=settings.receive_deadline, on_message=stream.arrived
+            )
+        except asyncio.CancelledError:
+            self._stream_broke(stream)
+            q.pq.on_receive_failed(ticket, False, time.monotonic())
+            q.event.set()
+            return  # cancelled because the queue was dropped or the consumer closes
+        except ThrustError as exc:
+            self._counters["receive_failures"] += 1
+            if not self._closing and not q.pq.dropped:
+                self._receive_log.failure(f"receive from {q.id} failed: {exc}", None)
+            self._stream_broke(stream)
+            q.pq.on_receive_failed(ticket, isinstance(exc, TooManyRequestsError), time.monotonic())
+            q.event.set()
+            return
+        held = stream.held
+        if held:
+            held.extend(result.messages)  # (only a stream without any status collects messages there)
+            rest = held
+        else:
+            rest = result.messages
+        self._take(q, ticket, rest, final=True)
+
+    def _stream_broke(self, stream: _Stream) -> None:
+        """A receive failed or was cancelled after some of its messages arrived. What was handed over stays
+        delivered; what arrived after it is handed over too (the server holds those messages invisible for
+        this client either way), except when the consumer closes (the server makes them visible again once
+        the client has left) or a dropped FIFO queue's (left to redelivery in order, as `_drop_queue` leaves
+        its waiting messages)."""
+        held = stream.held
+        if not held:
+            return
+        stream.held = []
+        q = stream.queue
+        if self._closing or (q.pq.dropped and self.session.settings.fifo):
+            return
+        self._take(q, stream.ticket, held, final=False)
+
+    def _take(self, q: _Queue, ticket: ReceiveTicket, raw: Sequence[Any], *, final: bool) -> None:
+        """Messages of `ticket`'s stream: decode, cache (`on_partial` for a chunk of a stream still open,
+        `on_received` for the rest once it completed), hand the good ones to the listener, settle the
+        corrupted ones."""
+        good, bad = convert.received_from_pbs(raw, q.endpoint)
+        # One pass per chunk: the deliveries carry their body size, which is what the cache counts.
+        deliveries = [_Delivery(m, q) for m in good]
+        nbytes = 0
+        largest = 0
+        for d in deliveries:
+            size = d.nbytes
+            nbytes += size
+            if size > largest:
+                largest = size
+        n = len(deliveries)
+        now = time.monotonic()
+        if final:
+            q.pq.on_received(ticket, n, nbytes, now, largest if n else None)
+        elif not q.pq.on_partial(ticket, n, nbytes, now, largest if n else None):
+            return  # the ticket is closed: cannot happen, chunks always come before its end
+        if bad:
+            self._corrupted(q, bad)
+        if n:
+            q.received += n
+            self._counters["received"] += n
+            self._dispatch(q, deliveries)
+        q.event.set()
+
+    def _corrupted(self, q: _Queue, bad: Sequence[convert.Corrupted]) -> None:
+        # Java: a corrupted standard message is nacked, a corrupted FIFO one dead-lettered
+        # (docs/protocol.md §6.6).
+        logger.warning("%d corrupted message(s) from %s (%s)", len(bad), q.id, bad[0].reason)
+        settings = self.session.settings
+        for c in bad:
+            token = _Token(q, c.topic, c.message_id, 1)
+            entry = AckEntry(c.message_id, c.receipt_handle, time.monotonic() + self.ack_retry_window, token)
+            if settings.fifo:
+                assert self._dlq is not None
+                self._dlq.add(q.ack_key, entry)
+            else:
+                assert self._nacks is not None
+                self._nacks.add(q.ack_key, entry)
+
+    def _dispatch(self, q: _Queue, deliveries: list[_Delivery]) -> None:
+        executor = self._executor
+        assert executor is not None
+        if self.session.settings.fifo:
+            if q.fifo is None:
+                q.fifo = FifoSequencer(
+                    parallel_groups=self.fifo_parallel_groups, group_of=lambda d: d.message.message_group
+                )
+            ready = q.fifo.add(deliveries)
+        else:
+            ready = deliveries
+        q.in_listener += len(ready)
+        executor.submit(ready)

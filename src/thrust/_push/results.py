@@ -1,0 +1,276 @@
+"""Listener results and settling: acks, nacks and dead-letter forwards through their batchers, FIFO
+local retries, and the cache slots a message holds until its ack settles (bench scenarios 1, 4, 7;
+docs/benchmarks.md#scenarios).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+
+from thrust._codec import convert
+from thrust._core.ack import AckBatch, AckBatcher, AckEntry, AckKey, Fate, Outcome, results_for
+from thrust._core.fifo import UNTIL_SETTLED, FifoAction, fifo_failure_action, releases_chain
+from thrust._proto.apache.rocketmq.v2 import definition_pb2 as pb
+from thrust._proto.apache.rocketmq.v2 import service_pb2 as spb
+from thrust._push.state import _ANY_CODE, CLOSE_NACK_DELAY, PushState, _Delivery, _Queue, _Token, logger
+from thrust.message import ReceivedMessage
+
+
+class Results(PushState):
+    """The result and settling layer of `PushConsumer`."""
+
+    def _on_results(self, results: list[tuple[_Delivery, bool]]) -> None:
+        """All results since the last wake-up, on the loop: acks, nacks, FIFO retries.
+
+        A message keeps its cache slot until its ack (nack, dead-letter forward) settles, as Java evicts from
+        its process queue only when the ack completes (docs/protocol.md §8.3): acks that cannot keep up then
+        hold back receiving instead of piling up in the batcher until it overflows. The listener is never
+        held back while the cache has room (bench scenario 1).
+
+        A FIFO message stays at the head of its chain until its ack or dead-letter forward has settled on
+        the server (`_heads_settled`), as Java's `FifoConsumeService` submits the next message only when
+        `eraseFifoMessage` completes (docs/protocol.md §7.6)."""
+        now = time.monotonic()
+        acks = self._acks
+        assert acks is not None and self._executor is not None
+        deadline = now + self.ack_retry_window
+        to_ack: list[tuple[AckKey, AckEntry]] = []
+        failures = 0
+        for d, ok in results:
+            q = d.queue
+            q.in_listener -= 1
+            if ok:
+                q.consumed += 1
+                m = d.message
+                q.acks_pending += 1
+                if q.fifo is None:
+                    to_ack.append((q.ack_key, AckEntry(m.message_id, m.receipt_handle, deadline, d)))
+                else:
+                    to_ack.append((q.ack_key, self._head_entry(q, m, d, deadline, acks.batcher)))
+            else:
+                failures += 1
+                if q.fifo is not None:
+                    self._fifo_failed(d, now)
+                else:
+                    self._nack(d, deadline)
+        # Counters and the batcher once per burst of results, not once per message.
+        counters = self._counters
+        counters["consumed"] += len(to_ack)
+        if failures:
+            counters["consume_failures"] += failures
+        if to_ack:
+            acks.add_many(to_ack, now)
+
+    @staticmethod
+    def _head_entry(
+        q: _Queue, m: ReceivedMessage, token: object, deadline: float, batcher: AckBatcher
+    ) -> AckEntry:
+        """The ack / forward entry of a FIFO chain head: retried until settled while its queue is assigned
+        (`UNTIL_SETTLED`, tracked in `q.settling` so that a drop bounds it), else bounded by `deadline`."""
+        if q.pq.dropped:
+            return AckEntry(m.message_id, m.receipt_handle, deadline, token)
+        entry = AckEntry(m.message_id, m.receipt_handle, UNTIL_SETTLED, token)
+        q.settling[entry] = batcher
+        return entry
+
+    def _nack(self, d: _Delivery, deadline: float) -> None:
+        """FAILURE: ChangeInvisibleDuration by the server's backoff for this delivery attempt
+        (docs/protocol.md §7.4)."""
+        m = d.message
+        assert self._nacks is not None
+        delay = self.session.settings.retry_policy.next_delay(max(1, m.delivery_attempt))
+        entry = AckEntry(
+            m.message_id, m.receipt_handle, deadline, _Token(d.queue, m.topic, m.message_id, delay, d)
+        )
+        d.queue.acks_pending += 1
+        self._nacks.add(d.queue.ack_key, entry)
+
+    def _nack_unstarted(self, unstarted: list[_Delivery]) -> None:
+        """Close: messages handed to the pool but never started go back to the server now, with a short
+        ChangeInvisibleDuration, instead of staying invisible until the server's invisible time (60 s,
+        auto-renewed) runs out. The nacks are sent while running listeners finish and are awaited with the
+        acks. FIFO messages are left to the server's redelivery: nacking a group's head out of turn could only
+        reorder it."""
+        fifo = self.session.settings.fifo
+        deadline = time.monotonic() + self.ack_retry_window
+        assert self._nacks is not None
+        for d in unstarted:
+            q = d.queue
+            q.in_listener -= 1
+            if fifo:
+                continue
+            m = d.message
+            token = _Token(q, m.topic, m.message_id, CLOSE_NACK_DELAY, d)
+            q.acks_pending += 1
+            self._nacks.add(q.ack_key, AckEntry(m.message_id, m.receipt_handle, deadline, token))
+        if not fifo:
+            logger.info("close: %d received messages were not started; nacked for redelivery", len(unstarted))
+
+    def _fifo_failed(self, d: _Delivery, now: float) -> None:
+        """A FIFO message failed: retry locally on a loop timer, or dead-letter it. Either way it stays at the
+        head of its chain: the group goes on once the forward has settled (`_heads_settled`)."""
+        policy = self.session.settings.retry_policy
+        m = d.message
+        # Local retries count up from the server's delivery_attempt, and the
+        # listener sees each one (Java `MessageViewImpl.incrementAndGetDeliveryAttempt`).
+        attempt = m.delivery_attempt
+        if fifo_failure_action(attempt, policy.max_attempts) is FifoAction.RETRY:
+            delay = policy.next_delay(attempt)
+            d.message = m._redelivered()
+            loop = asyncio.get_running_loop()
+            self._fifo_timers[d] = loop.call_later(delay, self._fifo_retry, d)
+            return
+        q = d.queue
+        dlq = self._dlq
+        assert dlq is not None
+        token = _Token(q, m.topic, m.message_id, attempt, d)
+        entry = self._head_entry(q, m, token, now + self.ack_retry_window, dlq.batcher)
+        q.acks_pending += 1
+        dlq.add(q.ack_key, entry)
+
+    def _fifo_retry(self, d: _Delivery) -> None:
+        self._fifo_timers.pop(d, None)
+        if self._closing or self._executor is None:
+            return
+        if d.queue.pq.dropped:
+            # The queue went away while the message waited: release its slot; the server redelivers it.
+            d.queue.pq.on_consumed(1, d.nbytes, time.monotonic())
+            return
+        d.queue.in_listener += 1
+        self._executor.submit([d])
+
+    # -- settling RPCs ------------------------------------------------------------------------------------
+
+    async def _send_acks(self, batch: AckBatch) -> Sequence[tuple[AckEntry, Outcome]]:
+        key = batch.key
+        request = spb.AckMessageRequest(
+            group=self._group_pb,
+            topic=self._topic_pb[key.topic],
+            entries=[
+                spb.AckMessageEntry(message_id=e.message_id, receipt_handle=e.receipt_handle)
+                for e in batch.entries
+            ],
+        )
+        response = await self.session.call(key.endpoint, "AckMessage", request, ok=_ANY_CODE)
+        return results_for(
+            batch, response.status.code, ((r.message_id, r.status.code) for r in response.entries)
+        )
+
+    async def _send_nack(self, batch: AckBatch) -> Sequence[tuple[AckEntry, Outcome]]:
+        entry = batch.entries[0]
+        token = entry.token
+        assert isinstance(token, _Token)
+        request = spb.ChangeInvisibleDurationRequest(
+            group=self._group_pb,
+            topic=self._topic_resource(token.topic),
+            receipt_handle=entry.receipt_handle,
+            invisible_duration=convert.duration(token.value),
+            message_id=token.message_id,
+        )
+        response = await self.session.call(
+            batch.key.endpoint, "ChangeInvisibleDuration", request, ok=_ANY_CODE
+        )
+        return results_for(batch, response.status.code)
+
+    async def _send_dlq(self, batch: AckBatch) -> Sequence[tuple[AckEntry, Outcome]]:
+        entry = batch.entries[0]
+        token = entry.token
+        assert isinstance(token, _Token)
+        request = spb.ForwardMessageToDeadLetterQueueRequest(
+            group=self._group_pb,
+            topic=self._topic_resource(token.topic),
+            receipt_handle=entry.receipt_handle,
+            message_id=token.message_id,
+            delivery_attempt=int(token.value),
+            max_delivery_attempts=self.session.settings.retry_policy.max_attempts,
+        )
+        response = await self.session.call(
+            batch.key.endpoint, "ForwardMessageToDeadLetterQueue", request, ok=_ANY_CODE
+        )
+        return results_for(batch, response.status.code)
+
+    def _topic_resource(self, topic: str) -> pb.Resource:
+        return self._topic_pb.get(topic) or pb.Resource(resource_namespace=self.config.namespace, name=topic)
+
+    def _acks_finished(self, finished: list[tuple[AckEntry, Fate]]) -> None:
+        self._release([entry.token for entry, _fate in finished])
+        if self._session is not None and self._session.settings.fifo:
+            self._heads_settled(finished)
+
+    def _nacks_finished(self, finished: list[tuple[AckEntry, Fate]]) -> None:
+        self._counters["nacked"] += sum(1 for _entry, fate in finished if fate is Fate.ACKED)
+        self._release([entry.token for entry, _fate in finished])
+
+    def _dlq_finished(self, finished: list[tuple[AckEntry, Fate]]) -> None:
+        self._counters["dead_lettered"] += sum(1 for _entry, fate in finished if fate is Fate.ACKED)
+        self._release([entry.token for entry, _fate in finished])
+        self._heads_settled(finished)
+
+    def _heads_settled(self, finished: list[tuple[AckEntry, Fate]]) -> None:
+        """FIFO chain heads whose ack or dead-letter forward left its batcher: the core decides whether the
+        chain goes on (`FifoSequencer.settled`); the next messages are handed to the listener pool."""
+        follow_ups: list[_Delivery] = []
+        for entry, fate in finished:
+            token = entry.token
+            d = token if type(token) is _Delivery else getattr(token, "delivery", None)
+            if not isinstance(d, _Delivery):
+                continue  # a corrupted message's forward: never in a chain
+            q = d.queue
+            if q.settling.pop(entry, None) is None or q.fifo is None:
+                continue  # not a head its group waits for (the queue was dropped: the chain is gone)
+            nxt = q.fifo.settled(d, fate)
+            if nxt is not None:
+                follow_ups.append(nxt)
+            elif not releases_chain(fate):
+                logger.warning(
+                    "FIFO message %s of %s given up (%s) before the server settled it: its message group "
+                    "stays blocked until the queue moves or the consumer closes, when the server "
+                    "redelivers it ahead of the rest of its group",
+                    d.message.message_id,
+                    q.id,
+                    fate.name,
+                )
+        if follow_ups and not self._closing and self._executor is not None:
+            for d in follow_ups:
+                d.queue.in_listener += 1
+            self._executor.submit(follow_ups)
+
+    def _release(self, tokens: list[object]) -> None:
+        """Settled (acked, nacked, forwarded or given up): the messages leave the cache, making room.
+
+        Once per finished batch; a batch's entries nearly always share one queue, so the per-queue sums are
+        kept in locals until the queue changes."""
+        freed: dict[_Queue, list[int]] = {}
+        q: _Queue | None = None
+        n = nbytes = 0
+        for token in tokens:
+            d = token if type(token) is _Delivery else getattr(token, "delivery", None)
+            if d is None:
+                continue  # a corrupted message's nack: it never took a cache slot
+            assert isinstance(d, _Delivery)
+            if d.queue is not q:
+                if q is not None:
+                    self._add_freed(freed, q, n, nbytes)
+                q = d.queue
+                n = nbytes = 0
+            q.acks_pending -= 1
+            n += 1
+            nbytes += d.nbytes
+        if q is not None:
+            self._add_freed(freed, q, n, nbytes)
+        if freed:
+            now = time.monotonic()
+            for q, (n, nbytes) in freed.items():
+                q.pq.on_consumed(n, nbytes, now)
+                q.event.set()
+
+    @staticmethod
+    def _add_freed(freed: dict[_Queue, list[int]], q: _Queue, n: int, nbytes: int) -> None:
+        slot = freed.get(q)
+        if slot is None:
+            freed[q] = [n, nbytes]
+        else:
+            slot[0] += n
+            slot[1] += nbytes
