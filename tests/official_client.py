@@ -1,8 +1,9 @@
 """The official `rocketmq-python-client` in a venv of its own, for conformance and interop tests.
 
-Its generated modules (`rocketmq.grpc_protocol.*_pb2`) register the same protobuf package
-(`apache.rocketmq.v2`) as ours in the default descriptor pool, so the two must never be imported
-into one process: everything from the official client runs as a subprocess of `<repo>/.interop-venv`.
+Everything from the official client runs as a subprocess of `<repo>/.interop-venv`, so that its
+dependencies (opentelemetry, its own grpcio and protobuf pins) never mix with ours. The two clients can
+share one process (thrust's generated modules live in a descriptor pool of their own, thrust._proto);
+tests/interop/test_side_by_side.py does exactly that, in this venv with thrust's sources on PYTHONPATH.
 
 The venv is built once and reused while healthy (marker file + import probe); a file lock serialises
 parallel test processes (pytest-xdist workers, two concurrent `pytest` runs) building it. pip's own

@@ -3,7 +3,7 @@
 The peer is `rocketmq-python-client==5.1.2` (docs/protocol.md §1): its generated modules carry the
 FileDescriptorProtos protoc built from upstream rocketmq-apis at the time of that release. Both sides are
 dumped with the same script (tests/conformance/descriptor_dump.py); theirs runs in the official client's
-own venv because both register the package `apache.rocketmq.v2` in protobuf's default pool.
+own venv (tests/official_client.py).
 
 Everything both sides define must be identical (numbers, names, types, type names, labels, proto3
 `optional`, real and synthetic oneofs, enum values, RPC shapes, options). Anything defined on one side

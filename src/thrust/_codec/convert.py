@@ -20,6 +20,7 @@ from thrust._core.backoff import RetryPolicy
 from thrust._core.endpoints import Endpoint, Scheme
 from thrust._core.routes import Permission, RouteQueue
 from thrust._core.settings import ServerSettings
+from thrust._proto import Duration, Timestamp
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as pb
 from thrust.message import FilterExpression, Message, MessageType, ReceivedMessage, SendReceipt
 
@@ -62,13 +63,13 @@ class Corrupted(ValueError):
 
 
 def duration(seconds: float) -> duration_pb2.Duration:
-    """A `google.protobuf.Duration` with nanosecond precision (never truncated to whole seconds)."""
+    """A `google.protobuf.Duration` (of thrust._proto.POOL) with nanosecond precision (never truncated)."""
     whole = math.floor(seconds)
     nanos = round((seconds - whole) * 1e9)
     if nanos >= 1_000_000_000:
         whole += 1
         nanos -= 1_000_000_000
-    return duration_pb2.Duration(seconds=int(whole), nanos=int(nanos))
+    return Duration(seconds=int(whole), nanos=int(nanos))
 
 
 def duration_seconds(d: duration_pb2.Duration) -> float:
@@ -84,7 +85,7 @@ def timestamp(epoch_seconds: float) -> timestamp_pb2.Timestamp:
     if nanos >= 1_000_000_000:
         whole += 1
         nanos -= 1_000_000_000
-    return timestamp_pb2.Timestamp(seconds=int(whole), nanos=int(nanos))
+    return Timestamp(seconds=int(whole), nanos=int(nanos))
 
 
 def timestamp_seconds(ts: timestamp_pb2.Timestamp) -> float:

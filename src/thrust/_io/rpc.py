@@ -10,6 +10,7 @@ No other module catches `grpc.RpcError`.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -20,7 +21,7 @@ import grpc.aio
 from thrust._codec.status import Code
 from thrust._core.endpoints import Endpoint
 from thrust._io.metadata import Metadata
-from thrust._proto.apache.rocketmq.v2 import service_pb2_grpc
+from thrust._proto.apache.rocketmq.v2 import service_pb2
 from thrust.config import ClientConfig
 from thrust.errors import (
     BadRequestError,
@@ -50,6 +51,39 @@ __all__ = [
 logger = logging.getLogger("thrust.io")
 
 _EOF: Any = grpc.aio.EOF  # type: ignore[attr-defined]  # missing from grpc-stubs
+
+_SERVICE = service_pb2.DESCRIPTOR.services_by_name["MessagingService"]
+
+
+def _registered_methods(channel: grpc.aio.Channel) -> bool:
+    # grpcio >= 1.63 takes `_registered_method=True` (what newer generated stubs pass): the method path is
+    # registered with gRPC core once per channel instead of being interned on every call. Older grpcio,
+    # which pyproject.toml allows, has no such parameter.
+    return "_registered_method" in inspect.signature(type(channel).unary_unary).parameters
+
+
+class _Stub:
+    """The generated `MessagingServiceStub`, built from the service descriptor: one multi-callable per RPC,
+    as an attribute named after it. Ours, because the committed stub comes from grpcio-tools 1.62
+    (scripts/gen_proto.py says why), which predates registered methods."""
+
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        extra: dict[str, Any] = {"_registered_method": True} if _registered_methods(channel) else {}
+        for method in _SERVICE.methods:
+            if method.client_streaming:
+                make: Any = channel.stream_stream
+            elif method.server_streaming:
+                make = channel.unary_stream
+            else:
+                make = channel.unary_unary
+            callable_ = make(
+                f"/{_SERVICE.full_name}/{method.name}",
+                request_serializer=getattr(service_pb2, method.input_type.name).SerializeToString,
+                response_deserializer=getattr(service_pb2, method.output_type.name).FromString,
+                **extra,
+            )
+            setattr(self, method.name, callable_)
+
 
 OK_ONLY: frozenset[int] = frozenset({Code.OK})
 _TRANSIENT_FAILURE = grpc.ChannelConnectivity.TRANSIENT_FAILURE
@@ -244,7 +278,7 @@ class RpcClient:
             self._channel = grpc.aio.secure_channel(target, creds, options=options)
         else:
             self._channel = grpc.aio.insecure_channel(target, options=options)
-        self._stub: Any = service_pb2_grpc.MessagingServiceStub(self._channel)
+        self._stub: Any = _Stub(self._channel)
 
     @property
     def closed(self) -> bool:

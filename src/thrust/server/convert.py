@@ -19,6 +19,7 @@ from thrust._codec.validation import (
     check_send_message,
     check_transaction_recovery,
 )
+from thrust._proto import Duration, Timestamp
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as d
 from thrust.server.core.model import Delivery, InboundMessage, MessageType, StoredMessage, inbound
 
@@ -41,7 +42,7 @@ _MD5: Final = d.DigestType.MD5
 def timestamp(epoch_seconds: float) -> timestamp_pb2.Timestamp:
     """Epoch seconds as a protobuf Timestamp."""
     seconds = int(epoch_seconds // 1)
-    return timestamp_pb2.Timestamp(seconds=seconds, nanos=int((epoch_seconds - seconds) * 1e9))
+    return Timestamp(seconds=seconds, nanos=int((epoch_seconds - seconds) * 1e9))
 
 
 def timestamp_seconds(ts: timestamp_pb2.Timestamp) -> float:
@@ -52,7 +53,7 @@ def timestamp_seconds(ts: timestamp_pb2.Timestamp) -> float:
 def duration(seconds: float) -> duration_pb2.Duration:
     """Seconds as a protobuf Duration."""
     whole = int(seconds)
-    return duration_pb2.Duration(seconds=whole, nanos=round((seconds - whole) * 1e9))
+    return Duration(seconds=whole, nanos=round((seconds - whole) * 1e9))
 
 
 def duration_seconds(value: duration_pb2.Duration) -> float:

@@ -106,5 +106,8 @@ def _register(server: grpc.aio.Server, servicer: MessagingServicer) -> None:
         handlers[method.name] = handler
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(_SERVICE_NAME, handlers),))
     # Registered methods are matched by gRPC core when the call arrives, so a call skips the Python-level
-    # generic handler lookup (what the generated `add_..._to_server` of grpcio >= 1.62 does too).
-    server.add_registered_method_handlers(_SERVICE_NAME, handlers)  # type: ignore[attr-defined]
+    # generic handler lookup (what the generated `add_..._to_server` of grpcio-tools >= 1.63 does too).
+    # Older grpcio (pyproject.toml allows them) has no such call; the generic handler above serves alone.
+    register = getattr(server, "add_registered_method_handlers", None)
+    if register is not None:
+        register(_SERVICE_NAME, handlers)
