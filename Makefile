@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run demo test lint typecheck layers pytest faults cluster proto clean
+.PHONY: run demo test lint typecheck layers pytest compat faults cluster proto clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -57,11 +57,17 @@ faults: $(STAMP)
 cluster: $(STAMP)
 	$(BIN)/thrust cluster --mode local --topic orders --group billing
 
-test: lint typecheck layers pytest
+# The client tests (tests/unit, tests/client) and a round trip against `thrust serve`, in fresh venvs
+# under .compat/ holding the oldest grpcio and protobuf pyproject.toml allows, then the newest
+# (scripts/compat.py).
+compat: $(STAMP)
+	$(BIN)/python scripts/compat.py
+
+test: lint typecheck layers pytest compat
 
 # Regenerate the protobuf/gRPC modules from src/thrust/_proto/apache/rocketmq/v2/*.proto.
 proto: $(STAMP)
 	$(BIN)/python scripts/gen_proto.py
 
 clean:
-	rm -rf $(VENV) build src/*.egg-info
+	rm -rf $(VENV) .compat build src/*.egg-info
