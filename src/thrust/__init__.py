@@ -56,10 +56,14 @@ from thrust.message import (
 from thrust.producer import Producer, Transaction
 
 if TYPE_CHECKING:
+    # What `__getattr__` below returns, spelled out for type checkers: without these, `thrust.PushConsumer`
+    # would be typed by `__getattr__`'s return type, Any, and nothing a user passes to it would be checked
+    # (tests/typing runs mypy --strict on a user program to hold this).
     from thrust import sync as sync
+    from thrust.push_consumer import PushConsumer
+    from thrust.simple_consumer import SimpleConsumer
 
     __version__: str
-    from thrust.simple_consumer import SimpleConsumer
 
 logging.getLogger("thrust").addHandler(logging.NullHandler())
 
@@ -122,9 +126,7 @@ def __getattr__(name: str) -> Any:
 
         return SimpleConsumer
     if name == "PushConsumer":
-        try:
-            from thrust.push_consumer import PushConsumer  # type: ignore[import-not-found,unused-ignore]
-        except ImportError as exc:  # pragma: no cover - until the module exists
-            raise AttributeError("thrust.PushConsumer is not available in this build") from exc
+        from thrust.push_consumer import PushConsumer
+
         return PushConsumer
     raise AttributeError(f"module 'thrust' has no attribute {name!r}")

@@ -9,15 +9,28 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypedDict, Unpack, cast
 
 from thrust._core.endpoints import Endpoint, parse_endpoint
 
-__all__ = ["ClientConfig", "Credentials", "TlsConfig"]
+__all__ = ["ClientConfig", "ClientConfigFields", "Credentials", "TlsConfig"]
 
 _ENV_PREFIX = "ROCKETMQ_"
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
+
+
+class ClientConfigFields(TypedDict, total=False):
+    """`ClientConfig`'s keyword fields, for `ClientConfig.replace(...)` and `ClientConfig.from_env(...)`
+    (so that a type checker checks their names and types there too)."""
+
+    endpoints: str | Iterable[str]
+    namespace: str
+    credentials: Credentials | None
+    tls: TlsConfig | bool | None
+    request_timeout: float
+    keepalive_interval: float
+    keepalive_timeout: float
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -150,12 +163,15 @@ class ClientConfig:
         """The parsed endpoints (the access point routes are queried from)."""
         return parse_endpoint(self.endpoints)
 
-    def replace(self, **changes: Any) -> ClientConfig:
+    def replace(self, **changes: Unpack[ClientConfigFields]) -> ClientConfig:
         """A copy with some fields changed."""
-        return replace(self, **changes)
+        # dataclasses.replace runs __init__, which takes the wider types (an iterable of endpoints, tls=True).
+        return replace(self, **cast("dict[str, Any]", changes))
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> ClientConfig:
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, **overrides: Unpack[ClientConfigFields]
+    ) -> ClientConfig:
         """Build from `ROCKETMQ_*` environment variables; keyword arguments win over the environment.
 
         Variables: `ROCKETMQ_ENDPOINTS` (required unless `endpoints=` is given), `ROCKETMQ_NAMESPACE`,

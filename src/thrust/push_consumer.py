@@ -41,9 +41,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import TracebackType
-from typing import Any
+from typing import TypeAlias
 
 from thrust._codec import convert, validation
 from thrust._consumption import ListenerExecutor, RateLimitedLog
@@ -64,7 +64,11 @@ from thrust.errors import ClientClosedError, ValidationError
 from thrust.message import ConsumeResult, FilterExpression, ReceivedMessage
 from thrust.producer import _config
 
-__all__ = ["PushConsumer", "PushConsumerStats", "QueueStats"]
+__all__ = ["Listener", "PushConsumer", "PushConsumerStats", "QueueStats"]
+
+Listener: TypeAlias = Callable[[ReceivedMessage], "ConsumeResult | Awaitable[ConsumeResult | None] | None"]
+"""A push consumer's listener: a plain function, or an `async def`, of one message returning
+`ConsumeResult` or None (None is SUCCESS: see `PushConsumer`)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -166,7 +170,7 @@ class PushConsumer(Assignments):
         request_timeout: float | None = None,
         group: str,
         subscriptions: Mapping[str, str | FilterExpression],
-        listener: Callable[[ReceivedMessage], Any],
+        listener: Listener,
         consumption_thread_count: int = 20,
         async_concurrency: int = 64,
         max_cache_message_count: int = 4096,

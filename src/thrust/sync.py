@@ -18,7 +18,7 @@ import os
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, Self, TypeVar
 
 from thrust import producer as _producer
 from thrust import simple_consumer as _simple
@@ -28,7 +28,12 @@ from thrust.message import FilterExpression, Message, ReceivedMessage, SendRecei
 
 __all__ = ["Producer", "PushConsumer", "SimpleConsumer", "Transaction"]
 
+if TYPE_CHECKING:
+    # For annotations only: importing the push consumer at run time is left to `PushConsumer()`.
+    from thrust import push_consumer as _push
+
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 class _LoopThread:
@@ -440,19 +445,65 @@ class PushConsumer(_SyncClient):
     threads. `close()` stops receiving, lets running listeners finish within the grace, and flushes acks.
     """
 
-    def __init__(self, config: ClientConfig | None = None, **options: Any) -> None:
+    def __init__(
+        self,
+        config: ClientConfig | None = None,
+        *,
+        endpoints: str | Iterable[str] | None = None,
+        namespace: str | None = None,
+        credentials: Credentials | None = None,
+        tls: TlsConfig | bool | None = None,
+        request_timeout: float | None = None,
+        group: str,
+        subscriptions: Mapping[str, str | FilterExpression],
+        listener: _push.Listener,
+        consumption_thread_count: int = 20,
+        async_concurrency: int = 64,
+        max_cache_message_count: int = 4096,
+        max_cache_message_bytes: int = 64 * 1024 * 1024,
+        receives_per_queue: int = 2,
+        ack_batch_size: int = 32,
+        ack_linger: float = 0.01,
+        ack_retry_window: float | None = None,
+        fifo_parallel_groups: bool = False,
+        shutdown_grace: float = 10.0,
+        scan_interval: float = 5.0,
+    ) -> None:
         # Imported here: the push consumer pulls in the consumption pool, which plain producers never need.
-        from thrust import push_consumer as _push
+        from thrust import push_consumer
 
-        self._async = _push.PushConsumer(config, **options)
+        # None: the asyncio consumer's own default (its module's ACK_RETRY_WINDOW), not a copy of it.
+        retry_window = {} if ack_retry_window is None else {"ack_retry_window": ack_retry_window}
+        self._async = push_consumer.PushConsumer(
+            config,
+            endpoints=endpoints,
+            namespace=namespace,
+            credentials=credentials,
+            tls=tls,
+            request_timeout=request_timeout,
+            group=group,
+            subscriptions=subscriptions,
+            listener=listener,
+            consumption_thread_count=consumption_thread_count,
+            async_concurrency=async_concurrency,
+            max_cache_message_count=max_cache_message_count,
+            max_cache_message_bytes=max_cache_message_bytes,
+            receives_per_queue=receives_per_queue,
+            ack_batch_size=ack_batch_size,
+            ack_linger=ack_linger,
+            fifo_parallel_groups=fifo_parallel_groups,
+            shutdown_grace=shutdown_grace,
+            scan_interval=scan_interval,
+            **retry_window,
+        )
         self._start(self._async.start)
 
     @property
-    def aio(self) -> Any:
+    def aio(self) -> _push.PushConsumer:
         """The asyncio consumer underneath (runs on the library loop thread)."""
         return self._async
 
-    def stats(self) -> Any:
+    def stats(self) -> _push.PushConsumerStats:
         """A `PushConsumerStats` snapshot (cache, listeners, receives and acks in flight)."""
         return self._runner.run(_call(self._async.stats))
 
@@ -464,5 +515,5 @@ class PushConsumer(_SyncClient):
         return f"sync.{self._async!r}"
 
 
-async def _call(fn: Any, *args: Any) -> Any:
-    return fn(*args)
+async def _call(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    return fn(*args, **kwargs)

@@ -43,7 +43,7 @@ import time
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal, TypedDict, Unpack
 
 from thrust.server.app import GroupSpec, ServerConfig, TopicSpec, parse_group, parse_topic
 from thrust.server.faults import Faults, Rpc, Stats
@@ -54,12 +54,34 @@ __all__ = [
     "Faults",
     "GroupSpec",
     "Rpc",
+    "ServerOptions",
     "ServerProcess",
     "ServerThread",
     "Stats",
     "TopicSpec",
     "embedded_server",
 ]
+
+
+class ServerOptions(TypedDict, total=False):
+    """The `ServerConfig` fields `embedded_server()` takes as further keywords (limits and timeouts); see
+    `thrust.server.app.ServerConfig` for what each means. tests/server/test_testing_options.py keeps this in
+    step with ServerConfig."""
+
+    ports: tuple[int, ...]
+    insecure_allow_remote: bool
+    advertise_host: str | None
+    broker_prefix: str
+    date_time_window: float | Literal["auto"] | None
+    max_inbound_message_size: int
+    max_pending_polls: int
+    max_concurrent_streams: int
+    min_ping_interval: float
+    keepalive_time: float
+    keepalive_timeout: float
+    idle_timeout: float
+    handshake_timeout: float
+    channel_expiry: float
 
 
 @contextlib.asynccontextmanager
@@ -79,7 +101,7 @@ async def embedded_server(
     transaction_check_after: float = 6.0,
     transaction_check_interval: float = 6.0,
     client_expiry: float = 120.0,
-    **options: Any,
+    **options: Unpack[ServerOptions],
 ) -> AsyncIterator[EmbeddedServer]:
     """Run an `EmbeddedServer` on the current event loop for the duration of the block.
 
