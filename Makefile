@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[cli,dev]'
+	$(BIN)/pip install -q -e '.[cli,plot,dev]'
 	touch $(STAMP)
 
 # The main job: `thrust perf e2e` for 20 s. Without --endpoints it starts `thrust serve` in a

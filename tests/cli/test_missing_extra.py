@@ -1,4 +1,5 @@
-"""`thrust perf` without the `[cli]` extra: one line naming `pip install 'thrust[cli]'`, exit code 2."""
+"""`thrust perf` without an extra it needs: one line naming it (`pip install 'thrust[cli]'` for HdrHistogram,
+`'thrust[plot]'` for matplotlib), exit code 2."""
 
 from __future__ import annotations
 
@@ -18,13 +19,19 @@ sys.exit(main(sys.argv[2:]))
 
 
 @pytest.mark.parametrize(
-    ("missing", "args"),
+    ("missing", "extra", "args"),
     [
-        ("hdrh", ["perf", "produce", "--endpoints", "127.0.0.1:1", "--count", "1"]),
-        ("matplotlib", ["perf", "produce", "--endpoints", "127.0.0.1:1", "--count", "1", "--plot", "x.png"]),
+        ("hdrh", "cli", ["perf", "produce", "--endpoints", "127.0.0.1:1", "--count", "1"]),
+        (
+            "matplotlib",
+            "plot",
+            ["perf", "produce", "--endpoints", "127.0.0.1:1", "--count", "1", "--plot", "x.png"],
+        ),
     ],
 )
-def test_a_missing_optional_module_names_the_extra(missing: str, args: list[str], tmp_path: object) -> None:
+def test_a_missing_optional_module_names_the_extra(
+    missing: str, extra: str, args: list[str], tmp_path: object
+) -> None:
     done = subprocess.run(
         [sys.executable, "-c", _SCRIPT, missing, *args],
         capture_output=True,
@@ -36,7 +43,7 @@ def test_a_missing_optional_module_names_the_extra(missing: str, args: list[str]
     assert "Traceback" not in done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
-    assert "pip install 'thrust[cli]'" in lines[0] and repr(missing) in lines[0]
+    assert f"pip install 'thrust[{extra}]'" in lines[0] and repr(missing) in lines[0]
     assert lines[0].startswith("thrust perf: ")
 
 

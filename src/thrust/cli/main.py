@@ -24,8 +24,9 @@ COMMAND_MODULES: tuple[str, ...] = (
 
 
 # Modules of the optional extras, by top-level name: a tool that needs one tells the user which extra to
-# install instead of ending in a bare ModuleNotFoundError (`pip install thrust` has no `[cli]`).
-OPTIONAL_MODULES: dict[str, str] = {"hdrh": "cli", "matplotlib": "cli"}
+# install instead of ending in a bare ModuleNotFoundError (`pip install thrust` has neither; pyproject.toml
+# says which feature needs which).
+OPTIONAL_MODULES: dict[str, str] = {"hdrh": "cli", "matplotlib": "plot"}
 
 
 def _missing_extra(exc: ModuleNotFoundError) -> tuple[str, str] | None:

@@ -224,7 +224,7 @@ def run(args: argparse.Namespace) -> int:
     from thrust.bench.stats import plot
 
     if args.plot:
-        # `plot` imports matplotlib only when it draws, after the whole run; without the [cli] extra, say
+        # `plot` imports matplotlib only when it draws, after the whole run; without the [plot] extra, say
         # so now (thrust.cli.main names the extra) rather than after the run.
         import matplotlib  # noqa: F401
 
