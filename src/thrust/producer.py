@@ -188,6 +188,15 @@ class Producer:
         return self._session.client_id if self._session is not None else None
 
     @property
+    def linger_stats(self) -> tuple[int, int] | None:
+        """(SendMessage requests, messages) taken by the linger batch so far, including requests that
+        failed; None when the linger batch is off or the producer was never started."""
+        if self._linger is None:
+            return None
+        acc = self._linger.acc
+        return acc.batches_taken, acc.messages_taken
+
+    @property
     def session(self) -> ClientSession:
         """The underlying session (internal API, for tests and tools)."""
         if self._session is None:
@@ -237,7 +246,7 @@ class Producer:
             return
         self._closed = True
         deadline = time.monotonic() + max(0.0, timeout)
-        linger, self._linger = self._linger, None
+        linger = self._linger
         if linger is not None:
             # Queued batches go out now; what is not answered within the bound fails with ClientClosedError.
             await linger.close(max(0.0, timeout * 0.6))
