@@ -274,6 +274,25 @@ def test_close_is_bounded_and_fails_what_was_not_answered_with_a_typed_error() -
     run(scenario)
 
 
+def test_a_flusher_that_dies_of_a_bug_fails_the_sends_instead_of_leaving_them_waiting() -> None:
+    async def scenario() -> None:
+        async with embedded_server(topics=["t"]) as srv, producer(srv, "t", batch_linger=0.0) as p:
+            linger = p._linger
+            assert linger is not None
+
+            def bug(now: float) -> None:
+                raise RuntimeError("bug")
+
+            linger.acc.take_ready = bug  # type: ignore[method-assign, assignment]
+            with pytest.raises(thrust.InternalError, match="linger batch failed"):
+                await p.send(message(0))
+            with pytest.raises(thrust.InternalError, match="linger batch failed"):
+                await p.send(message(1))
+            assert srv.stats.calls["SendMessage"] == 0
+
+    run(scenario)
+
+
 def test_batch_options_are_checked_at_construction() -> None:
     for bad in (
         {"batch_max_messages": 0},

@@ -80,7 +80,9 @@ class LingerDriver:
         self._idle = asyncio.Event()
         self._room: deque[list[Any]] = deque()  # waiting submits: [size, future], first come first served
         self._tasks: set[asyncio.Task[None]] = set()
-        self._closed = False
+        self._closed = False  # no new messages
+        self._closing = False  # close() ran
+        self._broken: errors.ThrustError | None = None  # the flusher died of a bug: every send fails
         self._flusher = self._loop.create_task(self._flush_loop(), name="thrust-producer-linger")
 
     # -- submitting --------------------------------------------------------------------------------
@@ -90,6 +92,8 @@ class LingerDriver:
 
         Raises ClientClosedError when the driver is (or gets) closed while waiting for room."""
         if self._closed:
+            if self._broken is not None:
+                raise own_error(self._broken)
             raise ClientClosedError("the producer is closed")
         acc = self.acc
         if self._room or not acc.room_for(entry.size):
@@ -112,6 +116,8 @@ class LingerDriver:
             while True:
                 await item[1]
                 if self._closed:
+                    if self._broken is not None:
+                        raise own_error(self._broken)
                     raise ClientClosedError("the producer is closed")
                 if self.acc.room_for(size):
                     return
@@ -149,6 +155,18 @@ class LingerDriver:
     # -- sending -----------------------------------------------------------------------------------
 
     async def _flush_loop(self) -> None:
+        try:
+            await self._flush()
+        except Exception as exc:  # a bug: fail what waits (and what comes) rather than leave it hanging
+            logger.exception("the linger batch flusher failed")
+            self._broken = errors.InternalError(
+                f"the producer's linger batch failed: {exc!r}", retriable=False
+            )
+            self._closed = True
+            self._hand_room()
+            _fail([e for e in self.acc.drain() if isinstance(e, LingerEntry)], self._broken)
+
+    async def _flush(self) -> None:
         acc = self.acc
         wake = self._wake
         window = self._window
@@ -209,9 +227,9 @@ class LingerDriver:
     async def close(self, timeout: float) -> None:
         """Stop accepting; send everything queued now and wait until answered, at most `timeout` seconds;
         then fail what never left and cancel what is still in flight (ClientClosedError). Idempotent."""
-        if self._closed:
+        if self._closing:
             return
-        self._closed = True
+        self._closing = self._closed = True
         self._hand_room()  # every waiting submit raises ClientClosedError
         acc = self.acc
         acc.flush_all()
