@@ -109,8 +109,10 @@ class Producer:
         batch_max_bytes: estimated bytes per batch (bodies, properties and ~256 B per message); a larger
             message goes alone. The broker refuses a batch whose whole exceeds its `maxMessageSize`
             (4 MiB by default): keep this below it.
-        batch_linger: seconds a batch waits for more messages after its first one. A batch that is due
-            while every `max_in_flight` slot is busy keeps filling until a slot frees.
+        batch_linger: seconds a batch waits for more messages after its first one, so a lone awaited
+            `send()` takes that much longer; 0 batches only the sends made together (in one loop
+            iteration). A batch that is due while every `max_in_flight` slot is busy keeps filling until
+            a slot frees.
         batch_max_pending, batch_max_pending_bytes: messages (and their estimated bytes) accepted into
             the linger batch and not yet answered; `send()` waits while either is reached (backpressure).
             A batch is retried whole by the retry policy above, with its message ids kept; one refused
