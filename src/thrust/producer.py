@@ -173,6 +173,7 @@ class Producer:
         if batch_max_messages < 1:
             raise ValueError("batch_max_messages must be >= 1")
         self._linger: LingerDriver | None = None
+        self._valid_topics: set[str] = set(self._topics)  # topic names already validated
         self._checker = transaction_checker
         self._recovery = transaction_recovery
         self._session: ClientSession | None = None
@@ -369,10 +370,12 @@ class Producer:
         )
 
     def _wire(
-        self, m: Message, max_body_size: int, now: float, transactional: bool
+        self, m: Message, max_body_size: int, now: float, transactional: bool, *, typed: bool = False
     ) -> tuple[str, pb.Message]:
-        """Validate one message (no I/O on bad input) and build its wire form with a new message id."""
-        _check_type(m, transactional)
+        """Validate one message (no I/O on bad input) and build its wire form with a new message id.
+        `typed`: the caller knows the message has one type and no priority (the linger batch's lanes)."""
+        if not typed:
+            _check_type(m, transactional)
         message_id = new_message_id()
         _check(
             validation.check_send_message,
@@ -411,8 +414,14 @@ class Producer:
         )
         if lane is None:
             return None
-        _check(validation.check_topic, message.topic)
-        message_id, wire = self._wire(message, session.settings.max_body_size, time.time(), False)
+        topic = message.topic
+        if topic not in self._valid_topics:
+            _check(validation.check_topic, topic)
+            if len(self._valid_topics) >= 1024:  # bounded: a producer of many topics re-checks them
+                self._valid_topics.clear()
+            self._valid_topics.add(topic)
+        # No priority, and at most a message group (lane_for): one type, nothing more to check.
+        message_id, wire = self._wire(message, session.settings.max_body_size, time.time(), False, typed=True)
         size = estimate_size(message.body, message.properties, message.tag, message.keys, message.topic)
         return LingerEntry(lane, size, message_id, wire, asyncio.get_running_loop().create_future())
 

@@ -134,6 +134,11 @@ def test_an_oversized_message_fails_alone_and_the_others_are_sent() -> None:
             assert isinstance(big, thrust.ValidationError) and big.code is Code.MESSAGE_BODY_TOO_LARGE
             assert all(isinstance(r, thrust.SendReceipt) for r in results)
             assert srv.stats.entries["SendMessage"] == 10
+            # Topic names are checked once each (then remembered); a bad one is refused every time.
+            for _ in range(2):
+                with pytest.raises(thrust.ValidationError) as refused:
+                    await p.send(thrust.Message(topic="bad topic", body=b"x"))
+                assert refused.value.code is Code.ILLEGAL_TOPIC
 
     run(scenario)
 
