@@ -361,8 +361,9 @@ class Producer:
                 raise TypeError(f"expected thrust.Message, got {type(m).__name__}")
             if m.topic != topic:
                 raise ValidationError("a batch must have one topic", code=Code.MESSAGE_CORRUPTED)
-            message_id, wire = self._wire(m, settings.max_body_size, now, transactional)
-            pbs.append(wire)
+            _check_type(m, transactional)
+            message_id = _checked_id(m, settings.max_body_size, now)
+            pbs.append(self._wire(m, message_id, now, transactional))
             ids.append(message_id)
         kind = MessageType.TRANSACTION if transactional else messages[0].message_type
         return _Prepared(
@@ -370,26 +371,10 @@ class Producer:
         )
 
     def _wire(
-        self, m: Message, max_body_size: int, now: float, transactional: bool, *, typed: bool = False
-    ) -> tuple[str, pb.Message]:
-        """Validate one message (no I/O on bad input) and build its wire form with a new message id.
-        `typed`: the caller knows the message has one type and no priority (the linger batch's lanes)."""
-        if not typed:
-            _check_type(m, transactional)
-        message_id = new_message_id()
-        _check(
-            validation.check_send_message,
-            body=m.body,
-            message_id=message_id,
-            properties=m.properties,
-            tag=m.tag,
-            keys=m.keys,
-            message_group=m.message_group,
-            delivery_timestamp=m.delivery_timestamp,
-            now=now,
-            max_body_size=max_body_size,
-        )
-        wire = convert.message_to_pb(
+        self, m: Message, message_id: str, now: float, transactional: bool, into: pb.Message | None = None
+    ) -> pb.Message:
+        """The wire form of a checked message (`into`: fill that one, e.g. `request.messages.add()`)."""
+        return convert.message_to_pb(
             m,
             message_id=message_id,
             namespace=self.config.namespace,
@@ -397,13 +382,14 @@ class Producer:
             born_timestamp=now,
             transactional=transactional,
             transaction_recovery=self._recovery,
+            into=into,
         )
-        return message_id, wire
 
     # -- the linger batch --------------------------------------------------------------------------
 
     def _linger_entry(self, message: Message, session: ClientSession) -> LingerEntry | None:
-        """`message` validated and built for the linger batch, or None when it must be sent alone."""
+        """`message` validated for the linger batch (its wire form is built into the request when its
+        batch leaves), or None when it must be sent alone."""
         if not isinstance(message, Message):
             raise TypeError(f"expected thrust.Message, got {type(message).__name__}")
         lane = lane_for(
@@ -420,10 +406,11 @@ class Producer:
             if len(self._valid_topics) >= 1024:  # bounded: a producer of many topics re-checks them
                 self._valid_topics.clear()
             self._valid_topics.add(topic)
-        # No priority, and at most a message group (lane_for): one type, nothing more to check.
-        message_id, wire = self._wire(message, session.settings.max_body_size, time.time(), False, typed=True)
-        size = estimate_size(message.body, message.properties, message.tag, message.keys, message.topic)
-        return LingerEntry(lane, size, message_id, wire, asyncio.get_running_loop().create_future())
+        # No priority, and at most a message group (lane_for): one type, no _check_type needed.
+        now = time.time()
+        message_id = _checked_id(message, session.settings.max_body_size, now)
+        size = estimate_size(message.body, message.properties, message.tag, message.keys, topic)
+        return LingerEntry(lane, size, message_id, message, now, asyncio.get_running_loop().create_future())
 
     async def _send_linger_batch(self, entries: Sequence[LingerEntry]) -> list[SendReceipt | ThrustError]:
         """Send one linger batch (one lane: one topic, NORMAL messages or one FIFO message); one outcome
@@ -434,7 +421,9 @@ class Producer:
         first = entries[0]
         topic, group = first.lane
         request = spb.SendMessageRequest()
-        request.messages.extend(e.wire for e in entries)
+        add = request.messages.add
+        for e in entries:
+            self._wire(e.message, e.message_id, e.born, False, into=add())
         kind = MessageType.FIFO if group is not None else MessageType.NORMAL
         prepared = _Prepared(request, topic, [e.message_id for e in entries], group, False, kind)
         try:
@@ -447,9 +436,9 @@ class Producer:
                 "a batch of %d messages to %r was refused (%s); sending each alone", len(entries), topic, exc
             )
         out: list[SendReceipt | ThrustError] = []
-        for e in entries:
+        for e, wire in zip(entries, request.messages, strict=True):
             alone = _Prepared(
-                spb.SendMessageRequest(messages=[e.wire]), topic, [e.message_id], group, False, kind
+                spb.SendMessageRequest(messages=[wire]), topic, [e.message_id], group, False, kind
             )
             try:
                 outcomes, _ = await self._send_with_endpoint(session, alone, self._batch_outcomes)
@@ -770,6 +759,25 @@ def _check(fn: Callable[..., None], *args: Any, **kwargs: Any) -> None:
         fn(*args, **kwargs)
     except validation.Invalid as exc:
         raise ValidationError(exc.message, code=exc.code) from None
+
+
+def _checked_id(m: Message, max_body_size: int, now: float) -> str:
+    """A new message id for `m`, once `m` passed every per-message check of the proxy (no I/O on bad
+    input; `_check_type` is the caller's)."""
+    message_id = new_message_id()
+    _check(
+        validation.check_send_message,
+        body=m.body,
+        message_id=message_id,
+        properties=m.properties,
+        tag=m.tag,
+        keys=m.keys,
+        message_group=m.message_group,
+        delivery_timestamp=m.delivery_timestamp,
+        now=now,
+        max_body_size=max_body_size,
+    )
+    return message_id
 
 
 def _check_type(message: Message, transactional: bool) -> None:

@@ -127,10 +127,15 @@ def message_to_pb(
     born_timestamp: float,
     transactional: bool = False,
     transaction_recovery: float | None = None,
+    into: pb.Message | None = None,
 ) -> pb.Message:
-    """The wire message for `message`. The id is assigned by the caller and reused on every retry."""
+    """The wire message for `message`. The id is assigned by the caller and reused on every retry.
+
+    `into`: an empty message to fill (`request.messages.add()`), so that it is not copied into the
+    request afterwards; it is returned."""
     # Built in place: a SystemProperties built apart and passed to pb.Message(...) would be copied.
-    out = pb.Message(body=message.body)
+    out = pb.Message() if into is None else into
+    out.body = message.body
     out.topic.name = message.topic
     if namespace:
         out.topic.resource_namespace = namespace

@@ -39,14 +39,21 @@ logger = logging.getLogger("thrust.producer")
 class LingerEntry(Pending):
     """One message in the accumulator: the core's bookkeeping plus what the request and the caller need."""
 
-    __slots__ = ("future", "message_id", "wire")
+    __slots__ = ("born", "future", "message", "message_id")
 
     def __init__(
-        self, lane: LaneKey, size: int, message_id: str, wire: Any, future: asyncio.Future[Any]
+        self,
+        lane: LaneKey,
+        size: int,
+        message_id: str,
+        message: Any,
+        born: float,
+        future: asyncio.Future[Any],
     ) -> None:
         super().__init__(lane, size)
-        self.message_id = message_id
-        self.wire = wire  # the protobuf Message, built (and validated) when send() was called
+        self.message_id = message_id  # assigned (and the message checked) when send() was called
+        self.message = message
+        self.born = born  # epoch seconds of the send() call: the message's born timestamp
         self.future = future
 
 
