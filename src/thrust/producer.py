@@ -16,7 +16,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 from thrust import errors
 from thrust._codec import convert, validation
@@ -24,8 +24,10 @@ from thrust._codec.ids import new_message_id
 from thrust._codec.status import Code
 from thrust._core.backoff import END_TRANSACTION_ATTEMPTS, END_TRANSACTION_BACKOFF
 from thrust._core.endpoints import Endpoint
+from thrust._core.linger import LingerConfig, estimate_size, lane_for, split_on_refusal
 from thrust._core.routes import QueueSelector
 from thrust._core.settings import PRODUCER_RETRY_POLICY, ClientSettings
+from thrust._io.linger import LingerDriver, LingerEntry, own_error
 from thrust._io.rpc import OK_OR_MULTIPLE
 from thrust._io.session import ClientSession
 from thrust._io.telemetry import TelemetryHandler
@@ -43,6 +45,8 @@ TransactionChecker = Callable[[ReceivedMessage], "TransactionResolution | Awaita
 """Answers a server transaction check for an orphaned transactional message: COMMIT, ROLLBACK or UNKNOWN."""
 
 _BORN_HOST = socket.gethostname()
+
+_T = TypeVar("_T")
 
 
 def _config(
@@ -95,6 +99,26 @@ class Producer:
         max_in_flight: at most this many sends (awaited or pipelined) run at once; more wait for a slot.
         transaction_checker: answers the server's checks of orphaned transactions (see `transaction()`).
         transaction_recovery: seconds until the server checks an unresolved transaction.
+        batch_max_messages: the **linger batch**, off by default (1). With N > 1, `send()` and
+            `send_async()` of NORMAL messages are collected per topic and sent N at most per SendMessage;
+            each caller still gets its own `SendReceipt` (its message id, its queue offset) or its own
+            typed error. Messages that may not share a request go alone: DELAY and PRIORITY ones at once,
+            FIFO ones one request at a time per message group, in the order of the `send()` calls (the
+            proxy keeps a message group's queue only for one-message requests). Transactions and
+            `send_batch()` never use it. `max_in_flight` then counts requests, not messages.
+        batch_max_bytes: estimated bytes per batch (bodies, properties and ~256 B per message); a larger
+            message goes alone. The broker refuses a batch whose whole exceeds its `maxMessageSize`
+            (4 MiB by default): keep this below it.
+        batch_linger: seconds a batch waits for more messages after its first one, so a lone awaited
+            `send()` takes that much longer; 0 batches only the sends made together (in one loop
+            iteration). A batch that is due while every `max_in_flight` slot is busy keeps filling until
+            a slot frees.
+        batch_max_pending, batch_max_pending_bytes: messages (and their estimated bytes) accepted into
+            the linger batch and not yet answered; `send()` waits while either is reached (backpressure).
+            A batch is retried whole by the retry policy above, with its message ids kept; one refused
+            for a single bad message (MESSAGE_BODY_TOO_LARGE and the other per-message codes, nothing
+            stored) is resent one message per request, so only that message fails. `close()` sends
+            what is queued (within its timeout) and fails the rest with `ClientClosedError`.
     """
 
     def __init__(
@@ -111,6 +135,11 @@ class Producer:
         max_in_flight: int = 1024,
         transaction_checker: TransactionChecker | None = None,
         transaction_recovery: float | None = None,
+        batch_max_messages: int = 1,
+        batch_max_bytes: int = 1 << 20,
+        batch_linger: float = 0.005,
+        batch_max_pending: int = 8192,
+        batch_max_pending_bytes: int = 32 << 20,
     ) -> None:
         self.config = _config(
             config,
@@ -129,6 +158,22 @@ class Producer:
             _check(validation.check_topic, topic)
         self._max_attempts = max_attempts
         self._max_in_flight = max_in_flight
+        # Validated now, so that a bad option fails at construction; the driver starts with the producer.
+        self._linger_config = (
+            LingerConfig(
+                max_messages=batch_max_messages,
+                max_bytes=batch_max_bytes,
+                linger=float(batch_linger),
+                max_pending=batch_max_pending,
+                max_pending_bytes=batch_max_pending_bytes,
+            )
+            if batch_max_messages > 1
+            else None
+        )
+        if batch_max_messages < 1:
+            raise ValueError("batch_max_messages must be >= 1")
+        self._linger: LingerDriver | None = None
+        self._valid_topics: set[str] = set(self._topics)  # topic names already validated
         self._checker = transaction_checker
         self._recovery = transaction_recovery
         self._session: ClientSession | None = None
@@ -144,6 +189,15 @@ class Producer:
     def client_id(self) -> str | None:
         """The client id (x-mq-client-id), once started."""
         return self._session.client_id if self._session is not None else None
+
+    @property
+    def linger_stats(self) -> tuple[int, int] | None:
+        """(SendMessage requests, messages) taken by the linger batch so far, including requests that
+        failed; None when the linger batch is off or the producer was never started."""
+        if self._linger is None:
+            return None
+        acc = self._linger.acc
+        return acc.batches_taken, acc.messages_taken
 
     @property
     def session(self) -> ClientSession:
@@ -168,6 +222,8 @@ class Producer:
                 handler=_ProducerTelemetry(self),
             )
             self._window = asyncio.Semaphore(self._max_in_flight)
+            if self._linger_config is not None:
+                self._linger = LingerDriver(self._linger_config, self._send_linger_batch, self._window)
             self._start_task = asyncio.get_running_loop().create_task(self._session.start(self._topics))
         try:
             await asyncio.shield(self._start_task)
@@ -193,8 +249,13 @@ class Producer:
             return
         self._closed = True
         deadline = time.monotonic() + max(0.0, timeout)
+        linger = self._linger
+        if linger is not None:
+            # Queued batches go out now; what is not answered within the bound fails with ClientClosedError.
+            await linger.close(max(0.0, timeout * 0.6))
         if self._pending:
-            _, pending = await asyncio.wait(set(self._pending), timeout=max(0.0, timeout * 0.6))
+            left = max(0.0, deadline - time.monotonic() - timeout * 0.4)
+            _, pending = await asyncio.wait(set(self._pending), timeout=left)
             for task in pending:
                 task.cancel()
             if pending:
@@ -223,8 +284,20 @@ class Producer:
         """Send one message and wait for the broker's receipt.
 
         Raises `ValidationError` (before any I/O) for an invalid message, otherwise the typed error of the
-        last attempt once retries are exhausted."""
+        last attempt once retries are exhausted. With the linger batch (`batch_max_messages` > 1) the
+        message may share its SendMessage with others; its receipt and its error are still its own."""
         session = await self._ready()
+        linger = self._linger
+        if linger is not None:
+            entry = self._linger_entry(message, session)
+            if entry is not None:
+                future = await linger.submit(entry)
+                try:
+                    receipt: SendReceipt = await future
+                except asyncio.CancelledError:
+                    linger.withdraw(entry)  # not sent if its batch has not left yet
+                    raise
+                return receipt
         prepared = self._prepare([message], session, transactional=False)
         assert self._window is not None
         async with self._window:
@@ -234,9 +307,15 @@ class Producer:
     async def send_async(self, message: Message) -> asyncio.Future[SendReceipt]:
         """Start sending one message and return a future of its receipt (pipelining).
 
-        Waits only while `max_in_flight` sends are already running (the bounded window). Validation
-        errors are raised here, before anything is sent."""
+        Waits only while `max_in_flight` sends are already running (the bounded window), or, with the
+        linger batch, while its pending bounds are reached. Validation errors are raised here, before
+        anything is sent. Cancelling the future before its batch leaves withdraws the message."""
         session = await self._ready()
+        linger = self._linger
+        if linger is not None:
+            entry = self._linger_entry(message, session)
+            if entry is not None:
+                return await linger.submit(entry)
         prepared = self._prepare([message], session, transactional=False)
         window = self._window
         assert window is not None
@@ -283,42 +362,99 @@ class Producer:
             if m.topic != topic:
                 raise ValidationError("a batch must have one topic", code=Code.MESSAGE_CORRUPTED)
             _check_type(m, transactional)
-            message_id = new_message_id()
-            _check(
-                validation.check_send_message,
-                body=m.body,
-                message_id=message_id,
-                properties=m.properties,
-                tag=m.tag,
-                keys=m.keys,
-                message_group=m.message_group,
-                delivery_timestamp=m.delivery_timestamp,
-                now=now,
-                max_body_size=settings.max_body_size,
-            )
-            pbs.append(
-                convert.message_to_pb(
-                    m,
-                    message_id=message_id,
-                    namespace=self.config.namespace,
-                    born_host=_BORN_HOST,
-                    born_timestamp=now,
-                    transactional=transactional,
-                    transaction_recovery=self._recovery,
-                )
-            )
+            message_id = _checked_id(m, settings.max_body_size, now)
+            pbs.append(self._wire(m, message_id, now, transactional))
             ids.append(message_id)
         kind = MessageType.TRANSACTION if transactional else messages[0].message_type
         return _Prepared(
             spb.SendMessageRequest(messages=pbs), topic, ids, messages[0].message_group, transactional, kind
         )
 
+    def _wire(
+        self, m: Message, message_id: str, now: float, transactional: bool, into: pb.Message | None = None
+    ) -> pb.Message:
+        """The wire form of a checked message (`into`: fill that one, e.g. `request.messages.add()`)."""
+        return convert.message_to_pb(
+            m,
+            message_id=message_id,
+            namespace=self.config.namespace,
+            born_host=_BORN_HOST,
+            born_timestamp=now,
+            transactional=transactional,
+            transaction_recovery=self._recovery,
+            into=into,
+        )
+
+    # -- the linger batch --------------------------------------------------------------------------
+
+    def _linger_entry(self, message: Message, session: ClientSession) -> LingerEntry | None:
+        """`message` validated for the linger batch (its wire form is built into the request when its
+        batch leaves), or None when it must be sent alone."""
+        if not isinstance(message, Message):
+            raise TypeError(f"expected thrust.Message, got {type(message).__name__}")
+        lane = lane_for(
+            message.topic,
+            message_group=message.message_group,
+            delayed=message.delivery_timestamp is not None,
+            priority=message.priority,
+        )
+        if lane is None:
+            return None
+        topic = message.topic
+        if topic not in self._valid_topics:
+            _check(validation.check_topic, topic)
+            if len(self._valid_topics) >= 1024:  # bounded: a producer of many topics re-checks them
+                self._valid_topics.clear()
+            self._valid_topics.add(topic)
+        # No priority, and at most a message group (lane_for): one type, no _check_type needed.
+        now = time.time()
+        message_id = _checked_id(message, session.settings.max_body_size, now)
+        size = estimate_size(message.body, message.properties, message.tag, message.keys, topic)
+        return LingerEntry(lane, size, message_id, message, now, asyncio.get_running_loop().create_future())
+
+    async def _send_linger_batch(self, entries: Sequence[LingerEntry]) -> list[SendReceipt | ThrustError]:
+        """Send one linger batch (one lane: one topic, NORMAL messages or one FIFO message); one outcome
+        per message. Called by the linger driver, which holds a window slot for it."""
+        session = self._session
+        if session is None:
+            raise ClientClosedError("the producer is closed")
+        first = entries[0]
+        topic, group = first.lane
+        request = spb.SendMessageRequest()
+        add = request.messages.add
+        for e in entries:
+            self._wire(e.message, e.message_id, e.born, False, into=add())
+        kind = MessageType.FIFO if group is not None else MessageType.NORMAL
+        prepared = _Prepared(request, topic, [e.message_id for e in entries], group, False, kind)
+        try:
+            outcomes, _ = await self._send_with_endpoint(session, prepared, self._batch_outcomes)
+            return outcomes
+        except ThrustError as exc:
+            if not split_on_refusal(exc.code, len(entries)):
+                raise
+            logger.info(
+                "a batch of %d messages to %r was refused (%s); sending each alone", len(entries), topic, exc
+            )
+        out: list[SendReceipt | ThrustError] = []
+        for e, wire in zip(entries, request.messages, strict=True):
+            alone = _Prepared(
+                spb.SendMessageRequest(messages=[wire]), topic, [e.message_id], group, False, kind
+            )
+            try:
+                outcomes, _ = await self._send_with_endpoint(session, alone, self._batch_outcomes)
+                out.extend(outcomes)
+            except ThrustError as exc:
+                out.append(exc)
+        return out
+
     async def _send_prepared(self, session: ClientSession, prepared: _Prepared) -> list[SendReceipt]:
-        return (await self._send_with_endpoint(session, prepared))[0]
+        return (await self._send_with_endpoint(session, prepared, self._receipts))[0]
 
     async def _send_with_endpoint(
-        self, session: ClientSession, prepared: _Prepared
-    ) -> tuple[list[SendReceipt], Endpoint]:
+        self, session: ClientSession, prepared: _Prepared, answer: Callable[[Any, _Prepared], _T]
+    ) -> tuple[_T, Endpoint]:
+        """Send `prepared` with retries; `answer(response, prepared)` turns the response into the result
+        (and raises for a failure that the retry policy should see)."""
         policy = session.settings.retry_policy
         # Transactional messages are not retried: the half message may already exist (Java ProducerImpl).
         attempts = 1 if prepared.transactional else policy.max_attempts
@@ -350,9 +486,9 @@ class Producer:
             endpoint = candidates[(attempt - 1) % len(candidates)].endpoint
             try:
                 response = await session.call(endpoint, "SendMessage", prepared.request, ok=OK_OR_MULTIPLE)
-                receipts = self._receipts(response, prepared)
+                result = answer(response, prepared)
                 isolation.on_success(endpoint)
-                return receipts, endpoint
+                return result, endpoint
             except ThrustError as exc:
                 if isinstance(exc, errors.ConnectionError | errors.TimeoutError):
                     # Skip an endpoint that fails at the transport level for a while (docs/protocol.md §5.6).
@@ -370,17 +506,41 @@ class Producer:
 
     @staticmethod
     def _receipts(response: Any, prepared: _Prepared) -> list[SendReceipt]:
+        """One receipt per message; the first refused entry's error is raised (and seen by the retry
+        policy), as `send_batch` promises."""
+        receipts = []
+        for outcome in Producer._outcomes(response, prepared):
+            if isinstance(outcome, ThrustError):
+                raise outcome
+            receipts.append(outcome)
+        return receipts
+
+    @staticmethod
+    def _batch_outcomes(response: Any, prepared: _Prepared) -> list[SendReceipt | ThrustError]:
+        """`_outcomes`, but a request that failed for every message (the one entry of a batch, or every
+        entry) raises, so that the retry policy and the split on refusal see it."""
+        outcomes = Producer._outcomes(response, prepared)
+        if all(isinstance(o, ThrustError) for o in outcomes):
+            raise outcomes[0]  # type: ignore[misc]
+        return outcomes
+
+    @staticmethod
+    def _outcomes(response: Any, prepared: _Prepared) -> list[SendReceipt | ThrustError]:
+        """One outcome per message of `prepared`: its receipt or its own error (the linger batch)."""
         entries = response.entries
         ids = prepared.message_ids
         if len(entries) == 1 and len(ids) > 1:
             # The real proxy answers a batch with one entry: the broker stores a batch as one
             # SEND_BATCH_MESSAGE with one SendResult (apache/rocketmq SendMessageActivity
             # .convertToSendMessageResponse, one entry per SendResult), whose offset is the first
-            # message's and whose message id is the broker's, not ours. The batch went to one queue
-            # at consecutive offsets, and each message carries the id we set (its UNIQ_KEY).
+            # message's and whose message id is not ours: a new id of the whole batch in local mode
+            # (LocalMessageService.sendMessage), our ids joined by commas in cluster mode
+            # (MQClientAPIImpl.processSendResponse). The batch went to one queue at consecutive
+            # offsets, and each message carries the id we set (its UNIQ_KEY), which consumers see.
             [entry] = entries
             if entry.status.code != Code.OK:
-                raise errors.error_for_status(entry.status.code, entry.status.message)
+                error = errors.error_for_status(entry.status.code, entry.status.message)
+                return [error, *(own_error(error) for _ in ids[1:])]
             return [
                 SendReceipt(
                     message_id=message_id,
@@ -397,13 +557,14 @@ class Producer:
                 code=Code.INTERNAL_SERVER_ERROR,
                 retriable=False,
             )
-        receipts = []
-        for entry, message_id in zip(entries, prepared.message_ids, strict=True):
+        outcomes: list[SendReceipt | ThrustError] = []
+        for entry, message_id in zip(entries, ids, strict=True):
             code = entry.status.code
             if code != Code.OK:
-                raise errors.error_for_status(code, entry.status.message)
-            receipts.append(convert.send_receipt(entry, prepared.topic, message_id))
-        return receipts
+                outcomes.append(errors.error_for_status(code, entry.status.message))
+            else:
+                outcomes.append(convert.send_receipt(entry, prepared.topic, message_id))
+        return outcomes
 
     # -- transactions ------------------------------------------------------------------------------
 
@@ -530,7 +691,7 @@ class Transaction:
         producer = self._producer
         session = await producer._ready()
         prepared = producer._prepare([message], session, transactional=True)
-        receipts, endpoint = await producer._send_with_endpoint(session, prepared)
+        receipts, endpoint = await producer._send_with_endpoint(session, prepared, producer._receipts)
         receipt = receipts[0]
         self._sent.append((endpoint, receipt.topic, receipt.message_id, receipt.transaction_id))
         return receipt
@@ -598,6 +759,25 @@ def _check(fn: Callable[..., None], *args: Any, **kwargs: Any) -> None:
         fn(*args, **kwargs)
     except validation.Invalid as exc:
         raise ValidationError(exc.message, code=exc.code) from None
+
+
+def _checked_id(m: Message, max_body_size: int, now: float) -> str:
+    """A new message id for `m`, once `m` passed every per-message check of the proxy (no I/O on bad
+    input; `_check_type` is the caller's)."""
+    message_id = new_message_id()
+    _check(
+        validation.check_send_message,
+        body=m.body,
+        message_id=message_id,
+        properties=m.properties,
+        tag=m.tag,
+        keys=m.keys,
+        message_group=m.message_group,
+        delivery_timestamp=m.delivery_timestamp,
+        now=now,
+        max_body_size=max_body_size,
+    )
+    return message_id
 
 
 def _check_type(message: Message, transactional: bool) -> None:

@@ -226,6 +226,11 @@ class Producer(_SyncClient):
         max_in_flight: int = 1024,
         transaction_checker: _producer.TransactionChecker | None = None,
         transaction_recovery: float | None = None,
+        batch_max_messages: int = 1,
+        batch_max_bytes: int = 1 << 20,
+        batch_linger: float = 0.005,
+        batch_max_pending: int = 8192,
+        batch_max_pending_bytes: int = 32 << 20,
     ) -> None:
         self._async = _producer.Producer(
             config,
@@ -239,6 +244,11 @@ class Producer(_SyncClient):
             max_in_flight=max_in_flight,
             transaction_checker=transaction_checker,
             transaction_recovery=transaction_recovery,
+            batch_max_messages=batch_max_messages,
+            batch_max_bytes=batch_max_bytes,
+            batch_linger=batch_linger,
+            batch_max_pending=batch_max_pending,
+            batch_max_pending_bytes=batch_max_pending_bytes,
         )
         self._start(self._async.start)
 
@@ -248,11 +258,15 @@ class Producer(_SyncClient):
         return self._async
 
     def send(self, message: Message) -> SendReceipt:
-        """Send one message and block until its receipt arrives."""
+        """Send one message and block until its receipt arrives.
+
+        With the linger batch (`batch_max_messages` > 1), sends from several threads share SendMessage
+        requests; each thread gets its own receipt or error."""
         return self._runner.run(self._async.send(message))
 
     def send_async(self, message: Message) -> concurrent.futures.Future[SendReceipt]:
-        """Start sending; returns a `concurrent.futures.Future` of the receipt (pipelining)."""
+        """Start sending; returns a `concurrent.futures.Future` of the receipt (pipelining; with the
+        linger batch, the messages of many `send_async` calls share requests)."""
         return self._runner.submit(self._async.send(message))
 
     def send_batch(self, messages: Sequence[Message]) -> list[SendReceipt]:

@@ -169,3 +169,33 @@ def test_perf_rejects_a_batch_size_below_one() -> None:
     except UsageError:
         return
     raise AssertionError("--batch-max-messages 0 was accepted")
+
+
+def test_perf_produce_with_the_producers_linger_batch_counts_every_message(tmp_path: Path) -> None:
+    out_json = tmp_path / "perf.json"
+    proc = subprocess.run(
+        _thrust(
+            "perf", "produce", "--count", "3000", "--interval", "1", "--warmup", "0", "--size", "1024",
+            "--linger-batch", "64", "--linger-batch-ms", "2", "--max-in-flight", "8", "--json", str(out_json),
+        ),
+        capture_output=True, text=True, timeout=50, env=_env(), check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(out_json.read_text())
+    assert data["options"]["linger_batch"] == 64
+    assert data["produce"]["total"] == 3000 and data["sent_ok"] == 3000
+    assert data["produce"]["latency"]["count"] == 3000  # per message, each from its own receipt
+    # SendMessage requests the producer made: batches of up to 64
+    assert 3000 / 64 <= data["produce"]["extra"]["send_calls"] < 3000
+
+
+def test_perf_rejects_both_batchings_at_once() -> None:
+    from thrust.cli.perf import UsageError, options_from_args
+
+    for argv in (["--linger-batch", "0"], ["--linger-batch", "8", "--batch-max-messages", "8"]):
+        args = build_parser().parse_args(["perf", "produce", *argv])
+        try:
+            options_from_args(args)
+        except UsageError:
+            continue
+        raise AssertionError(f"{argv} was accepted")

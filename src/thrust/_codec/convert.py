@@ -131,14 +131,29 @@ def message_to_pb(
     born_timestamp: float,
     transactional: bool = False,
     transaction_recovery: float | None = None,
+    into: pb.Message | None = None,
 ) -> pb.Message:
-    """The wire message for `message`. The id is assigned by the caller and reused on every retry."""
-    sp = pb.SystemProperties(
-        message_id=message_id,
-        born_host=born_host,
-        born_timestamp=timestamp(born_timestamp),
-        body_encoding=pb.IDENTITY,
-    )
+    """The wire message for `message`. The id is assigned by the caller and reused on every retry.
+
+    `into`: an empty message to fill (`request.messages.add()`), so that it is not copied into the
+    request afterwards; it is returned."""
+    # Built in place: a SystemProperties built apart and passed to pb.Message(...) would be copied.
+    out = pb.Message() if into is None else into
+    out.body = message.body
+    out.topic.name = message.topic
+    if namespace:
+        out.topic.resource_namespace = namespace
+    sp = out.system_properties
+    sp.message_id = message_id
+    sp.born_host = born_host
+    whole = math.floor(born_timestamp)
+    nanos = round((born_timestamp - whole) * 1e9)
+    if nanos >= 1_000_000_000:
+        whole += 1
+        nanos -= 1_000_000_000
+    sp.born_timestamp.seconds = int(whole)
+    sp.born_timestamp.nanos = int(nanos)
+    sp.body_encoding = pb.IDENTITY
     if message.tag:
         sp.tag = message.tag
     if message.keys:
@@ -161,11 +176,6 @@ def message_to_pb(
         sp.delivery_timestamp.CopyFrom(timestamp(message.delivery_timestamp))
     if message.priority is not None:
         sp.priority = message.priority
-    out = pb.Message(
-        topic=pb.Resource(resource_namespace=namespace, name=message.topic),
-        system_properties=sp,
-        body=message.body,
-    )
     if message.properties:
         out.user_properties.update(message.properties)
     return out

@@ -6,7 +6,10 @@ Producer latency is send -> receipt (`Producer.send_async` future), measured fro
 asks for a window slot, as pulsar-perf measures from just before `sendAsync` (which blocks when the
 pending queue is full). With producer batching (`batch_max_messages` > 1, pulsar-perf's batching), a
 message's latency runs from its own issue to the receipt of the SendMessage call that carried it, so
-the time it waited for its batch to fill (at most `batch_max_delay`) is counted. Consumer latency is the
+the time it waited for its batch to fill (at most `batch_max_delay`) is counted. With the library's
+linger batch (`linger_batch` > 1) perf issues plain `send_async` calls and the producer batches them; the
+latency likewise runs from the call to the message's own receipt, and `send_calls` counts the
+SendMessage requests the producer made (`Producer.linger_stats`). Consumer latency is the
 message's born time (the producer's wall clock, written when its SendMessage is built) -> the listener
 call, pulsar-perf's `now - publishTime`.
 """
@@ -63,6 +66,10 @@ class PerfOptions:
     # > 1: up to this many messages of one topic (and message group) per SendMessage call
     batch_max_messages: int = 1
     batch_max_delay: float = 0.001  # seconds a started batch waits for more messages before it is sent
+    # > 1: the library's linger batch (`Producer(batch_max_messages=...)`): plain send_async calls, batched
+    # by the producer itself
+    linger_batch: int = 1
+    linger: float = 0.005  # its `batch_linger`, seconds
     # consumer
     group: str = "perf-group"
     consumer: str = "push"  # push | simple
@@ -303,20 +310,40 @@ class _Run:
 
     async def produce(self) -> None:
         o = self.o
+        linger: dict[str, Any] = {}
+        if o.linger_batch > 1:
+            # The window (max_in_flight) counts requests; the pending bound is two windows of full batches,
+            # so the next batches are ready when a slot frees and a message waits for at most that much
+            # ahead of it (the producer's default, 8192, would only add queueing to the latency).
+            pending = 2 * o.max_in_flight * o.linger_batch
+            linger = {
+                "batch_max_messages": o.linger_batch,
+                "batch_linger": o.linger,
+                "batch_max_pending": pending,
+                "batch_max_pending_bytes": max(32 << 20, pending * (o.size + 512)),
+            }
         producers = [
-            Producer(**_client_kwargs(o), topics=self.topics, max_in_flight=o.max_in_flight)
+            Producer(**_client_kwargs(o), topics=self.topics, max_in_flight=o.max_in_flight, **linger)
             for _ in range(max(1, o.producers))
         ]
+        cpu: float | None = None
         try:
             for p in producers:
                 await p.start()
             self.send_recorder.restart()
+            cpu = time.process_time()
             share = o.rate / len(producers) if o.rate > 0 else 0.0
             await asyncio.gather(*(self._sender(p, share) for p in producers))
         finally:
             # close() waits for the pipelined sends still in flight (bounded)
             await asyncio.gather(*(p.close() for p in producers), return_exceptions=True)
+            if linger:
+                self.send_calls = sum((p.linger_stats or (0, 0))[0] for p in producers)
             self.send_recorder.extra.update(send_calls=self.send_calls)
+            if cpu is not None:
+                # The perf process's CPU seconds while producing (start-up excluded); with the embedded
+                # server in its own process, this is the client's cost (and perf's own bookkeeping).
+                self.send_recorder.extra.update(cpu_s=round(time.process_time() - cpu, 3))
             self.producing_done.set()
 
     # -- consumer ----------------------------------------------------------------------------------------

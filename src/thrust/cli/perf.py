@@ -91,6 +91,23 @@ def _add_producer(p: argparse.ArgumentParser) -> None:
         metavar="MS",
         help="producer batching: a batch goes out MS after its first message if not full (default 1)",
     )
+    g.add_argument(
+        "--linger-batch",
+        type=int,
+        default=1,
+        metavar="N",
+        help="the producer's own linger batch (Producer(batch_max_messages=N)): plain sends, up to N"
+        " NORMAL messages of one topic per SendMessage (default 1: off); --max-in-flight then counts"
+        " requests, and at most 2 x max-in-flight x N messages are pending",
+    )
+    g.add_argument(
+        "--linger-batch-ms",
+        type=_positive_float,
+        default=5.0,
+        metavar="MS",
+        help="the linger batch's batch_linger: a batch leaves MS after its first message if not full"
+        " (default 5)",
+    )
 
 
 def _add_consumer(p: argparse.ArgumentParser) -> None:
@@ -159,6 +176,8 @@ def options_from_args(args: argparse.Namespace) -> Any:
         o.size = args.size
         o.batch_max_messages = args.batch_max_messages
         o.batch_max_delay = args.batch_max_delay_ms / 1000.0
+        o.linger_batch = args.linger_batch
+        o.linger = args.linger_batch_ms / 1000.0
     if mode in ("consume", "e2e"):
         o.group = args.group
         o.consumer = args.consumer
@@ -191,6 +210,12 @@ def options_from_args(args: argparse.Namespace) -> Any:
         problems.append("--producers, --max-in-flight and --size must be >= 1")
     if mode in ("produce", "e2e") and args.batch_max_messages < 1:
         problems.append("--batch-max-messages must be >= 1")
+    if mode in ("produce", "e2e") and args.linger_batch < 1:
+        problems.append("--linger-batch must be >= 1")
+    if mode in ("produce", "e2e") and args.linger_batch > 1 and args.batch_max_messages > 1:
+        problems.append(
+            "--linger-batch (the producer batches) and --batch-max-messages (perf batches) are exclusive"
+        )
     if mode == "consume" and not args.endpoints and not args.count and not args.duration:
         pass  # an embedded server with nobody producing: runs until Ctrl-C, which is allowed
     if problems:
