@@ -319,7 +319,11 @@ def _driver(cmd: list[str], *, env: dict[str, str] | None = None) -> Iterator[su
             stdout=subprocess.PIPE,
             stderr=err,
             stdin=subprocess.DEVNULL,
-            env=dict(os.environ, HOME=home, PYTHONPATH="", **(env or {})),
+            # user.home: the Java client logs under ~/logs/rocketmq, and the JVM takes user.home from
+            # the password database, not $HOME
+            env=dict(
+                os.environ, HOME=home, PYTHONPATH="", JAVA_TOOL_OPTIONS=f"-Duser.home={home}", **(env or {})
+            ),
             text=True,
             start_new_session=True,
             cwd=home,
