@@ -201,7 +201,9 @@ class EmbeddedTarget(Target):
 
 
 class RealTarget(Target):
-    """A real Apache RocketMQ in local mode, started by the harness for the bench."""
+    """A real Apache RocketMQ in local mode, started by the harness for the bench; or, under
+    `thrust cluster --exec` (`$THRUST_ROCKETMQ` names a local-mode cluster), that cluster, so that a
+    bench inside the test suite's real phase starts no JVM of its own."""
 
     kind = "real"
 
@@ -210,16 +212,31 @@ class RealTarget(Target):
 
         self.title = f"a real Apache RocketMQ {ROCKETMQ_VERSION} (local-mode proxy with its broker)"
         self.cluster: Any = None
+        self.endpoint = ""
+        self.admin: Any = None
+        self.pids: list[int] = []
         self._seq = itertools.count(1)
         self._tag = f"{os.getpid() % 10000}"
 
     def start(self, log: Callable[[str], None]) -> None:
-        from thrust.cluster import RocketMQCluster
+        from thrust.cluster import ClusterControl, RocketMQCluster, attach_from_env
 
+        attached = attach_from_env("local")
+        if attached is not None:
+            self.title = f"a real Apache RocketMQ {attached.version} (local-mode proxy with its broker)"
+            self.endpoint, self.admin = attached.endpoint, attached.admin()
+            if attached.control:
+                self.pids = [ClusterControl(attached.control).pid("proxy")]
+            log(f"using the local-mode RocketMQ of $THRUST_ROCKETMQ at {self.endpoint}")
+            return
         log("starting a real RocketMQ (local mode) ...")
         cluster = RocketMQCluster("local")
         cluster.start()
         self.cluster = cluster
+        self.endpoint, self.admin = cluster.endpoint, cluster.admin
+        # the proxy's and the brokers' JVMs (in local mode the broker runs inside the proxy's); the
+        # namesrv is left out: it serves routes to the proxy, not messages
+        self.pids = [j.process.pid for j in cluster.jvms if j.role in ("proxy", "broker") and j.process]
         took = cluster.startup_seconds
         log(f"  rocketmq {cluster.version} local: {cluster.endpoint} (started in {took:.1f} s)")
         self.warm(log)
@@ -254,27 +271,24 @@ class RealTarget(Target):
             self.cluster.stop()
             self.cluster = None
 
-    def server_pids(self) -> list[int]:
-        """The proxy's and the brokers' JVMs (in local mode the broker runs inside the proxy's); the
-        namesrv is left out: it serves routes to the proxy, not messages."""
-        assert self.cluster is not None
-        return [j.process.pid for j in self.cluster.jvms if j.role in ("proxy", "broker") and j.process]
-
     def run(self, spec: RunSpec, size: int) -> contextlib.AbstractContextManager[ServerRun]:
         return self._run(spec)
 
     @contextlib.contextmanager
     def _run(self, spec: RunSpec) -> Iterator[ServerRun]:
-        cluster = self.cluster
-        if cluster is None:
+        from thrust.cluster.process import wait_routable
+
+        if self.admin is None:
             raise RuntimeError("the real RocketMQ is not started")
         n = next(self._seq)
         names = {t: f"b{self._tag}-{n}-{t}" for t in spec.topics}
         group = f"b{self._tag}-{n}-{GROUP}"
         for name in names.values():
-            cluster.create_topic(name, "NORMAL", queues=spec.queues)
-        cluster.create_group(group)
-        yield _RealRun(cluster.endpoint, names, group, self.server_pids())
+            self.admin.create_topic(name, "NORMAL", queues=spec.queues)
+        for name in names.values():
+            wait_routable(self.endpoint, name, deadline=time.monotonic() + 30)
+        self.admin.create_group(group)
+        yield _RealRun(self.endpoint, names, group, self.pids)
 
 
 class ExternalTarget(Target):

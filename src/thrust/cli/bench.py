@@ -27,7 +27,8 @@ servers:
       the fault hooks the scenario needs and a backlog stored directly.
   --server real: a real Apache RocketMQ started from the Maven Central jars for the whole bench (local
       mode: a namesrv and a proxy with its broker inside; Java 17+ and Maven needed) and stopped at the
-      end. Each run gets a topic and a group of its own; the backlog is sent before the window.
+      end. Each run gets a topic and a group of its own; the backlog is sent before the window. Under
+      `thrust cluster --exec` it uses that cluster's local-mode RocketMQ instead ($THRUST_ROCKETMQ).
   --endpoints HOST:PORT: an existing cluster. Nothing is created: the topics and the group the selected
       scenarios use must exist (--list-resources prints them). Scenario 1's latency needs the proxy's
       useEndpointPortFromRequest (the harness sets it), or clients leave the FaultProxy after QueryRoute.
