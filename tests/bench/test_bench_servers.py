@@ -184,7 +184,7 @@ def test_bench_java_client_end_to_end(java_driver: list[str], tmp_path: Path) ->
     out = tmp_path / "bench.json"
     proc = _thrust(
         "bench", "--scenarios", "drain,produce", "--client", "java", "--repeat", "1",
-        "--duration", "2", "--warmup", "1", "--json", str(out), timeout=110,
+        "--duration", "2", "--warmup", "1", "--java-warmup", "1", "--json", str(out), timeout=110,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     data = json.loads(out.read_text())

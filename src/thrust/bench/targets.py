@@ -105,6 +105,19 @@ class ServerRun:
         self.names = names
         self.group = group
         self.filled: dict[str, int] = collections.defaultdict(int)
+        self.idle_cpu_pct: float | None = None
+
+    def sample_idle(self, seconds: float = 1.0) -> None:
+        """The server's CPU % (of one core) over `seconds` before the client starts: its background
+        work (a real broker's timers and the revival of messages earlier runs left unacked), which the
+        server CPU per message of the window includes."""
+        before = self.cpu()
+        if before is None:
+            return
+        time.sleep(seconds)
+        after = self.cpu()
+        if after is not None:
+            self.idle_cpu_pct = (after - before) / seconds * 100.0
 
     @property
     def endpoint(self) -> str:

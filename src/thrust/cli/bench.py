@@ -71,6 +71,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("--duration", type=float, default=10.0, help="seconds of each measurement window")
     p.add_argument("--warmup", type=float, default=1.0, help="seconds before each window")
     p.add_argument(
+        "--java-warmup",
+        type=float,
+        default=15.0,
+        help="seconds before the Java client's window (its JIT; default 15, never less than --warmup)",
+    )
+    p.add_argument(
         "--size",
         "--message-size",
         dest="size",
@@ -274,7 +280,7 @@ def run(args: argparse.Namespace) -> int:
     if not selected:
         return fail("no scenario selected runs on this server")
     target = _target(args)
-    ctx = Context(duration=args.duration, warmup=args.warmup, target=target)
+    ctx = Context(duration=args.duration, warmup=args.warmup, target=target, java_warmup=args.java_warmup)
     if "official" in clients:
         print("preparing the official client's venv ...", file=sys.stderr)
         ctx.official_python = official_python()
@@ -360,6 +366,7 @@ def run(args: argparse.Namespace) -> int:
             "server": {"kind": target.kind, "title": target.title},
             "duration": args.duration,
             "warmup": args.warmup,
+            "java_warmup": args.java_warmup,
             "repeat": args.repeat,
             "size": args.size,
             "clients": clients,
