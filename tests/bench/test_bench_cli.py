@@ -61,8 +61,9 @@ def _check_rows(proc: subprocess.CompletedProcess[str], data: dict, ids: list[st
 
 def test_bench_thrust_consume_scenarios_short(tmp_path: Path) -> None:
     ids = ["ceiling", "server", "1", "2", "2'", "4", "5b", "7"]
+    # 75 s: scenario 1 now starts four FaultProxy processes (one per broker) for its round trip
     proc, data = _bench(
-        tmp_path, "--scenarios", ",".join(ids), "--duration", "1", "--warmup", "0.2", timeout=55
+        tmp_path, "--scenarios", ",".join(ids), "--duration", "1", "--warmup", "0.2", timeout=75
     )
     medians = _check_rows(proc, data, ids)
     assert medians["ceiling"]["server_us"] > 0
@@ -102,6 +103,8 @@ def test_bench_both_clients_short(tmp_path: Path) -> None:
     assert all(len(r) == 5 for r in rows)  # scenario, metric, thrust, official, ratio
     official = data["scenarios"]["1"]["results"]["official"]
     assert official["median"]["consumed_per_s"] > 0
+    # CPU per message of the official driver's own process, and of the server, in the same window
+    assert official["median"]["client_us"] > 0 and official["median"]["server_us"] > 0
     assert rows[0][4].endswith("x")
     assert "cannot be expressed" in data["scenarios"]["7b"]["results"]["official"]["skipped"]
 

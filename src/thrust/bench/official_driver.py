@@ -6,9 +6,11 @@ package as thrust's, so the two never share a process); it never imports thrust.
 argv[1] is a JSON config: {"endpoints", "group", "topics": [...], "threads", "listener_sleep" (s),
 "warmup" (s), "window" (s), "timer" (bool), "first_timeout" (s)}. It prints JSON lines on stdout:
 `started`, `window_start`, `window_end` (consumed in the window, per topic, peak concurrent listener
-calls, p99 lateness of a 10 ms timer on an asyncio loop in the main thread), then exits without waiting
-for the client's threads (its shutdown is bounded separately). `"mode"`: `e2e` (scenario 6), `sends`
-(scenario 3), `first` (scenario 5a) instead.
+calls, p99 lateness of a 10 ms timer on an asyncio loop in the main thread, `total` consumed since the
+start), then exits without waiting for the client's threads (its shutdown is bounded separately).
+`window_start` and `window_end` carry `cpu`: this process's user + system CPU seconds, every thread
+(`os.times()`). `"mode"`: `produce` (full-rate sends), `e2e` (scenario 6), `sends` (scenario 3), `first`
+(scenario 5a) instead.
 """
 
 from __future__ import annotations
@@ -46,6 +48,85 @@ class Counters:
 
 def _value(counter):
     return int(repr(counter)[6:-1])
+
+
+def _cpu():
+    t = os.times()
+    return t.user + t.system
+
+
+def _percentile(ordered, q):
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))] if ordered else None
+
+
+def produce(cfg):
+    """Full-rate sends: `Producer.send_async` with at most `in_flight` sends pending (a semaphore the
+    receipt's callback releases), for `warmup` s, then a `window` s window: receipts in the window and
+    their send -> receipt latency."""
+    from rocketmq import ClientConfiguration, Credentials, Message, Producer
+
+    topic = cfg["topic"]
+    producer = Producer(ClientConfiguration(cfg["endpoints"], Credentials()), (topic,))
+    producer.startup()
+    emit("started")
+    body = b"x" * int(cfg.get("size", 64))
+    slots = threading.Semaphore(int(cfg.get("in_flight", 128)))
+    lock = threading.Lock()
+    state = {"measuring": False, "sent": 0, "errors": 0}
+    latencies = []
+    stop = threading.Event()
+
+    def done(future, t0):
+        slots.release()
+        if not state["measuring"]:
+            return
+        failed = future.cancelled() or future.exception() is not None
+        with lock:
+            if failed:
+                state["errors"] += 1
+            else:
+                state["sent"] += 1
+                latencies.append((time.perf_counter() - t0) * 1000.0)
+
+    def send_loop():
+        while not stop.is_set():
+            slots.acquire()
+            message = Message()
+            message.topic = topic
+            message.body = body
+            t0 = time.perf_counter()
+            try:
+                future = producer.send_async(message)
+            except Exception:
+                slots.release()
+                with lock:
+                    state["errors"] += 1
+                continue
+            future.add_done_callback(lambda f, t0=t0: done(f, t0))
+
+    threading.Thread(target=send_loop, daemon=True).start()
+    time.sleep(float(cfg.get("warmup", 1.0)))
+    emit("window_start", cpu=_cpu())
+    t0 = time.monotonic()
+    state["measuring"] = True
+    time.sleep(float(cfg["window"]))
+    state["measuring"] = False
+    seconds = time.monotonic() - t0
+    cpu = _cpu()
+    stop.set()
+    with lock:
+        ordered = sorted(latencies)
+        sent, errors = state["sent"], state["errors"]
+    emit(
+        "window_end",
+        seconds=seconds,
+        sent=sent,
+        errors=errors,
+        p50_ms=_percentile(ordered, 0.5),
+        p99_ms=_percentile(ordered, 0.99),
+        cpu=cpu,
+    )
+    os._exit(0)
 
 
 async def _timer(stop, samples):
@@ -245,6 +326,9 @@ def main():
     if cfg.get("mode") == "first":
         first(cfg)
         return
+    if cfg.get("mode") == "produce":
+        produce(cfg)
+        return
     from rocketmq import (
         ClientConfiguration,
         ConsumeResult,
@@ -293,7 +377,7 @@ def main():
         counters.peak = counters.running
     before = counters.snapshot()
     t0 = time.monotonic()
-    emit("window_start", consumed=sum(before.values()))
+    emit("window_start", consumed=sum(before.values()), cpu=_cpu())
     samples = []
     if cfg.get("timer"):
 
@@ -309,6 +393,7 @@ def main():
         time.sleep(float(cfg["window"]))
     after = counters.snapshot()
     seconds = time.monotonic() - t0
+    cpu = _cpu()
     per_topic = {t: after[t] - before[t] for t in topics}
     samples.sort()
     p99 = samples[min(len(samples) - 1, int(len(samples) * 0.99))] if samples else None
@@ -319,6 +404,8 @@ def main():
         per_topic=per_topic,
         peak=counters.peak,
         timer_p99_ms=p99,
+        cpu=cpu,
+        total=sum(after.values()),
     )
 
     def shutdown():

@@ -1,16 +1,27 @@
 """The named scenarios of `thrust bench` (docs/benchmarks.md#scenarios: 1-5b from the Rust client's
-apache/rocketmq-clients#1445, 6 and 7 after two Pulsar client fixes), the raw gRPC ceiling, and the
-server's own ceiling.
+apache/rocketmq-clients#1445, 6 and 7 after two Pulsar client fixes, and a plain backlog drain and
+full-rate production at any message size), the raw gRPC ceiling, and the server's own ceiling.
 
-Every scenario runs against a fresh embedded server in a child process (`ControlServer`), with the
-fault and latency injection the scenario names, and a backlog stored directly in the broker so that
-the prefill costs the measured run nothing. The thrust side runs in this process; the official side
-runs `official_driver.py` in the official client's venv against the same kind of server. Acked counts
-and RPC counts are read from the server's counters, the same way for both clients.
+Every run gets a server of its own from `Context.target` (`thrust.bench.targets`): a fresh embedded
+server in a child process (`ControlServer`), with the fault hooks the scenario names and a backlog
+stored directly in the broker; or, with `--server real` / `--endpoints`, a topic and a group on a real
+Apache RocketMQ with a backlog produced before the client starts. Either way the backlog costs the
+measured window nothing. Latency (scenario 1's 2 ms round trip) is a TCP FaultProxy in front of the
+server (`targets.latency_front`), the same on every server. Scenarios that need the embedded server's
+fault hooks (3, 4, 5a) and its own ceilings (ceiling, server) run only there (`Scenario.embedded_only`).
+
+The clients: thrust runs in this process; the official Python client runs `official_driver.py` in its
+own venv; the Java client runs `java/.../BenchDriver.java` (`java_driver.py`); "raw" is bare grpc.aio
+stubs in this process (`raw.py`). Each reports its own CPU time over the window (this process's
+`getrusage`, or the driver's own process), divided by the messages it consumed or produced in the
+window: the client CPU per message. The server's CPU per message is the embedded server's process, or
+the real proxy's and brokers' JVMs (`/proc/<pid>/stat`), over the same window. On the embedded server,
+acked counts and RPC counts are read from the server's counters, the same way for every client.
 
 On the embedded server (like the proxy, docs/protocol.md §3.3) a non-FIFO group is assigned one "acting queue"
 per broker, so "N queues" in a scenario means N brokers with one queue each: N assignments, N process
-queues in the consumer.
+queues in the consumer. The real server in local mode has one broker: every consumer gets one
+assignment there, whatever the scenario's N.
 """
 
 from __future__ import annotations
@@ -18,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import io
 import json
 import os
@@ -27,11 +39,21 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
+from thrust.bench.raw import Window, raw_consume, raw_produce
 from thrust.bench.server import ControlServer
+from thrust.bench.targets import (
+    GROUP,
+    EmbeddedTarget,
+    RunSpec,
+    ServerRun,
+    Target,
+    latency_front,
+    self_cpu_seconds,
+)
 from thrust.message import ConsumeResult, ReceivedMessage
 
 __all__ = [
@@ -43,8 +65,8 @@ __all__ = [
     "official_venv_dir",
 ]
 
-GROUP = "bench"
 _OFFICIAL = "rocketmq-python-client==5.1.2"
+CLIENTS = ("thrust", "official", "java", "raw")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -63,6 +85,18 @@ class Context:
     warmup: float = 1.0
     official_python: str | None = None
     log: Callable[[str], None] = lambda _text: None
+    target: Target = dataclasses.field(default_factory=EmbeddedTarget)
+    size: int = 64
+    """Message size (bytes) of this run's backlog or sends (scenarios with `sized`)."""
+    java: list[str] | None = None
+    """The Java driver's command prefix (`java_driver.build_java_driver`)."""
+    java_warmup: float = 15.0
+    """Seconds before the Java driver's window: a fresh JVM spends its first seconds interpreting and
+    compiling (JIT) its hot paths, which on two shared cores takes far longer than the 1 s the Python
+    clients need to settle. Its steady state is what the anchor column is for."""
+
+    def warmup_of(self, client: str) -> float:
+        return max(self.warmup, self.java_warmup) if client == "java" else self.warmup
 
 
 Runner = Callable[[Context], Coroutine[Any, Any, dict[str, float]]]
@@ -75,6 +109,18 @@ class Scenario:
     rows: tuple[Row, ...]
     thrust: Runner | str  # a str: why thrust cannot run it here
     official: Runner | str  # a str: why the official client cannot express it
+    java: Runner | str = "not measured: the Java driver covers scenario 1, the drain and production"
+    raw: Runner | str = "-"
+    embedded_only: str | None = None
+    """Why the scenario runs only on the embedded server (None: it runs on any server)."""
+    sized: bool = False
+    """The message size is a parameter (`--size`, `ID@SIZE`); otherwise the scenario's own 64 B."""
+    topics: tuple[str, ...] = ()
+    """Logical topics it uses (for the list of what an existing cluster must have)."""
+
+    def runner(self, client: str) -> Runner | str:
+        value: Runner | str = getattr(self, client)
+        return value
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -105,12 +151,6 @@ def official_python() -> str:
     if python.exists() and subprocess.run(probe, capture_output=True, check=False).returncode == 0:
         return str(python)
     venv.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    subprocess.run(
-        [*(str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"), _OFFICIAL],
-        check=True,
-    )
-    return str(python)
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     subprocess.run(
         [*(str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check"), _OFFICIAL],
@@ -163,15 +203,62 @@ def _p99(samples: list[float]) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
 
 
+def _percentile(samples: list[float], q: float) -> float:
+    if not samples:
+        return float("nan")
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * q))]
+
+
 def _server_delta(before: dict[str, Any], after: dict[str, Any], seconds: float) -> dict[str, float]:
     acked = after["entries"].get("AckMessage", 0) - before["entries"].get("AckMessage", 0)
     ack_rpcs = after["calls"].get("AckMessage", 0) - before["calls"].get("AckMessage", 0)
     return {"acked_per_s": acked / seconds, "acked": float(acked), "ack_rpcs": float(ack_rpcs)}
 
 
+class _Snap:
+    """The server's side of a window's edge: its counters (embedded only) and CPU seconds."""
+
+    def __init__(self, run: ServerRun) -> None:
+        self.stats = run.stats()
+        self.cpu = run.cpu()
+
+
+def _window_out(
+    w: Window, run: ServerRun, before: _Snap, after: _Snap, *, filled: int = 0, consumed: bool = True
+) -> dict[str, float]:
+    """The metrics every client's window gives: rate, client and server CPU per message, and (embedded
+    server) acks from the server's counters; `backlog_exhausted` when the client consumed (nearly) the
+    whole backlog before the window ended, which makes its rate a lower bound."""
+    seconds = max(w.seconds, 1e-9)
+    messages = max(1, w.count)
+    out = {
+        "consumed_per_s" if consumed else "produced_per_s": w.count / seconds,
+        "seconds": seconds,
+        "client_us": w.cpu / messages * 1e6,
+        "client_cpu_pct": w.cpu / seconds * 100.0,
+    }
+    if before.cpu is not None and after.cpu is not None:
+        out["server_us"] = (after.cpu - before.cpu) / messages * 1e6
+        out["server_cpu_pct"] = (after.cpu - before.cpu) / seconds * 100.0
+    if run.idle_cpu_pct is not None:
+        out["server_idle_cpu_pct"] = run.idle_cpu_pct
+    if consumed and before.stats is not None and after.stats is not None:
+        out |= _server_delta(before.stats, after.stats, seconds)
+        out["ack_rpcs_per_msg"] = out["ack_rpcs"] / max(1.0, out["acked"])
+    if consumed and filled and w.total >= 0.99 * filled:
+        out["backlog_exhausted"] = 1.0
+    if not consumed:
+        out["p50_ms"] = _percentile(w.latencies_ms, 0.5)
+        out["p99_ms"] = _percentile(w.latencies_ms, 0.99)
+        out["errors"] = float(w.errors)
+    return out
+
+
 async def _thrust_push(
     ctx: Context,
-    server: ControlServer,
+    run: ServerRun,
+    endpoint: str,
     topics: list[str],
     *,
     listener_sleep: float = 0.0,
@@ -180,7 +267,8 @@ async def _thrust_push(
 ) -> dict[str, float]:
     from thrust.push_consumer import PushConsumer
 
-    counts = _Counts(topics)
+    names = {run.topic(t): t for t in topics}
+    counts = _Counts(list(names))
 
     def listener(message: ReceivedMessage) -> ConsumeResult:
         counts.enter(message.topic)
@@ -192,9 +280,9 @@ async def _thrust_push(
             counts.leave(message.topic)
 
     consumer = PushConsumer(
-        endpoints=server.endpoints[0],
-        group=GROUP,
-        subscriptions={t: "*" for t in topics},
+        endpoints=endpoint,
+        group=run.group,
+        subscriptions={t: "*" for t in names},
         listener=listener,
         **(consumer_kwargs or {}),
     )
@@ -206,93 +294,143 @@ async def _thrust_push(
         await asyncio.sleep(ctx.warmup)
         with counts.lock:
             counts.peak = counts.running
-        before, s_before = counts.snapshot(), server.command("stats")
-        t0 = time.monotonic()
+        before, s_before = counts.snapshot(), _Snap(run)
+        cpu0, t0 = self_cpu_seconds(), time.monotonic()
         samples: list[float] = []
         stop = asyncio.Event()
         timer_task = asyncio.create_task(_timer(stop, samples)) if timer else None
         await asyncio.sleep(ctx.duration)
-        after, s_after = counts.snapshot(), server.command("stats")
+        after, cpu1 = counts.snapshot(), self_cpu_seconds()
         seconds = time.monotonic() - t0
+        s_after = _Snap(run)
         stop.set()
         if timer_task is not None:
             await timer_task
-    per_topic = {t: after[t] - before[t] for t in topics}
-    consumed = sum(per_topic.values())
-    out = {"consumed_per_s": consumed / seconds, "peak": float(counts.peak), "seconds": seconds}
-    out |= _server_delta(s_before, s_after, seconds)
-    out["ack_rpcs_per_msg"] = out["ack_rpcs"] / max(1.0, out["acked"])
-    for t, n in per_topic.items():
-        out[f"topic_{t}"] = float(n)
+    per_topic = {t: after[t] - before[t] for t in names}
+    w = Window()
+    w.count, w.seconds, w.cpu, w.total = sum(per_topic.values()), seconds, cpu1 - cpu0, sum(after.values())
+    out = _window_out(w, run, s_before, s_after, filled=sum(run.filled.values()))
+    out["peak"] = float(counts.peak)
+    for name, n in per_topic.items():
+        out[f"topic_{names[name]}"] = float(n)
     if timer:
         out["timer_p99_ms"] = _p99(samples)
     return out
 
 
-def _official_push(
-    ctx: Context,
-    server: ControlServer,
-    topics: list[str],
-    *,
-    listener_sleep: float = 0.0,
-    timer: bool = False,
-    threads: int = 20,
-) -> dict[str, float]:
-    python = ctx.official_python or official_python()
-    driver = Path(__file__).with_name("official_driver.py")
-    cfg = {
-        "endpoints": server.endpoints[0],
-        "group": GROUP,
-        "topics": topics,
-        "threads": threads,
-        "listener_sleep": listener_sleep,
-        "warmup": ctx.warmup,
-        "window": ctx.duration,
-        "timer": timer,
-        "first_timeout": 30.0,
-    }
-    with tempfile.TemporaryDirectory(prefix="thrust-official-") as home:
+@contextlib.contextmanager
+def _driver(cmd: list[str], *, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[str]]:
+    """A client driver (official or Java) in a session of its own, with a throwaway HOME; killed on exit.
+    Its stderr goes to a file whose tail is in the error when it ends without a result."""
+    with tempfile.TemporaryDirectory(prefix="thrust-driver-") as home:
+        err = open(Path(home) / "stderr.log", "w+")  # closed in the finally below
         proc = subprocess.Popen(
-            [python, str(driver), json.dumps(cfg)],
+            cmd,
             stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
+            stderr=err,
             stdin=subprocess.DEVNULL,
-            env=dict(os.environ, HOME=home, PYTHONPATH=""),
+            # user.home: the Java client logs under ~/logs/rocketmq, and the JVM takes user.home from
+            # the password database, not $HOME
+            env=dict(
+                os.environ, HOME=home, PYTHONPATH="", JAVA_TOOL_OPTIONS=f"-Duser.home={home}", **(env or {})
+            ),
             text=True,
             start_new_session=True,
+            cwd=home,
         )
         try:
-            s_before: dict[str, Any] | None = None
-            end: dict[str, Any] | None = None
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                event = json.loads(line)
-                if event["event"] == "window_start":
-                    s_before = server.command("stats")
-                elif event["event"] == "window_end":
-                    s_after = server.command("stats")
-                    end = event
-                    break
-            if end is None or s_before is None:
-                raise RuntimeError("the official driver ended without a measurement window")
+            yield proc
+        except RuntimeError as exc:
+            err.seek(0)
+            tail = err.read()[-1500:]
+            raise RuntimeError(f"{exc}; its stderr ends:\n{tail}" if tail else str(exc)) from None
         finally:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
             proc.wait(10)
-    seconds = float(end["seconds"])
-    out = {"consumed_per_s": end["consumed"] / seconds, "peak": float(end["peak"]), "seconds": seconds}
-    out |= _server_delta(s_before, s_after, seconds)
-    out["ack_rpcs_per_msg"] = out["ack_rpcs"] / max(1.0, out["acked"])
-    for t, n in end["per_topic"].items():
-        out[f"topic_{t}"] = float(n)
+            err.close()
+
+
+def _window_events(
+    proc: subprocess.Popen[str], run: ServerRun
+) -> tuple[dict[str, Any], dict[str, Any], _Snap, _Snap]:
+    """Read a driver's `window_start` and `window_end`, taking the server's side at each."""
+    assert proc.stdout is not None
+    start: dict[str, Any] | None = None
+    s_before: _Snap | None = None
+    for line in proc.stdout:
+        if not line.startswith("{"):
+            continue
+        event = json.loads(line)
+        if event["event"] == "window_start":
+            s_before, start = _Snap(run), event
+        elif event["event"] == "window_end":
+            if start is None or s_before is None:
+                break
+            return start, event, s_before, _Snap(run)
+    raise RuntimeError("the driver ended without a measurement window")
+
+
+def _official_cmd(ctx: Context, cfg: dict[str, Any]) -> list[str]:
+    python = ctx.official_python or official_python()
+    return [python, str(Path(__file__).with_name("official_driver.py")), json.dumps(cfg)]
+
+
+def _java_cmd(ctx: Context, cfg: dict[str, Any]) -> list[str]:
+    if ctx.java is None:
+        from thrust.bench.java_driver import build_java_driver
+
+        ctx.java = build_java_driver()
+    return [*ctx.java, *(f"{k}={v}" for k, v in cfg.items())]
+
+
+def _driver_push(
+    ctx: Context,
+    run: ServerRun,
+    endpoint: str,
+    topics: list[str],
+    *,
+    client: str,
+    listener_sleep: float = 0.0,
+    timer: bool = False,
+    threads: int = 20,
+) -> dict[str, float]:
+    names = {run.topic(t): t for t in topics}
+    if client == "official":
+        cfg: dict[str, Any] = {
+            "endpoints": endpoint,
+            "group": run.group,
+            "topics": list(names),
+            "threads": threads,
+            "listener_sleep": listener_sleep,
+            "warmup": ctx.warmup,
+            "window": ctx.duration,
+            "timer": timer,
+            "first_timeout": 30.0,
+        }
+        cmd = _official_cmd(ctx, cfg)
+    else:
+        cfg = {"mode": "consume", "endpoints": endpoint, "group": run.group, "topics": ",".join(names)}
+        cfg |= {"threads": threads, "warmup": ctx.warmup_of("java"), "window": ctx.duration}
+        cfg["first_timeout"] = 30.0
+        cmd = _java_cmd(ctx, cfg)
+    with _driver(cmd) as proc:
+        start, end, s_before, s_after = _window_events(proc, run)
+    w = Window()
+    w.count, w.seconds = int(end["consumed"]), float(end["seconds"])
+    w.cpu, w.total = float(end["cpu"]) - float(start["cpu"]), int(end["total"])
+    out = _window_out(w, run, s_before, s_after, filled=sum(run.filled.values()))
+    out["peak"] = float(end["peak"])
+    for name, n in end["per_topic"].items():
+        out[f"topic_{names[name]}"] = float(n)
     if timer:
         out["timer_p99_ms"] = float(end["timer_p99_ms"]) if end["timer_p99_ms"] is not None else float("nan")
     return out
 
 
-def _backlog(ctx: Context, rate_guess: float = 8000.0) -> int:
+def _backlog(ctx: Context, rate_guess: float = 8000.0, warmup: float | None = None) -> int:
     """Enough messages that no client drains the backlog within the run."""
-    return int(rate_guess * (ctx.duration + ctx.warmup + 5.0))
+    return int(rate_guess * (ctx.duration + (ctx.warmup if warmup is None else warmup) + 5.0))
 
 
 Faults = tuple[tuple[str, str], ...]
@@ -313,28 +451,183 @@ def _consume_scenario(
     topics: list[str],
     *,
     faults: Faults = (),
+    rtt: float = 0.0,
     listener_sleep: float = 0.0,
     timer: bool = False,
     rate_guess: float = 8000.0,
     thrust_kwargs: dict[str, Any] | None = None,
-) -> tuple[Runner, Runner]:
+    raw_loops: int = 8,
+) -> dict[str, Runner]:
+    """Runners for every client: a backlog in each topic, a push consumer of each client's defaults
+    (thrust's `thrust_kwargs` aside) draining it, behind `rtt` of added round trip (FaultProxy)."""
+    spec = RunSpec(tuple(topics), brokers=brokers, faults=faults)
+
+    @contextlib.asynccontextmanager
+    async def setup(ctx: Context, client: str) -> AsyncIterator[tuple[ServerRun, str]]:
+        with ctx.target.run(spec, ctx.size) as run:
+            for t in topics:
+                run.fill(t, _backlog(ctx, rate_guess, ctx.warmup_of(client)), ctx.size)
+            run.sample_idle()
+            async with latency_front(run, rtt / 2.0) as endpoint:
+                yield run, endpoint
+
     async def thrust_run(ctx: Context) -> dict[str, float]:
-        with _server(brokers, topics, faults) as server:
-            for t in topics:
-                server.command("fill", topic=t, count=_backlog(ctx, rate_guess), size=64)
+        async with setup(ctx, "thrust") as (run, endpoint):
             return await _thrust_push(
-                ctx, server, topics, listener_sleep=listener_sleep, timer=timer, consumer_kwargs=thrust_kwargs
+                ctx,
+                run,
+                endpoint,
+                topics,
+                listener_sleep=listener_sleep,
+                timer=timer,
+                consumer_kwargs=thrust_kwargs,
             )
 
-    async def official_run(ctx: Context) -> dict[str, float]:
-        with _server(brokers, topics, faults) as server:
-            for t in topics:
-                server.command("fill", topic=t, count=_backlog(ctx, rate_guess), size=64)
-            return await asyncio.to_thread(
-                _official_push, ctx, server, topics, listener_sleep=listener_sleep, timer=timer
-            )
+    def driver_run(client: str) -> Runner:
+        async def run_it(ctx: Context) -> dict[str, float]:
+            async with setup(ctx, client) as (run, endpoint):
+                return await asyncio.to_thread(
+                    _driver_push,
+                    ctx,
+                    run,
+                    endpoint,
+                    topics,
+                    client=client,
+                    listener_sleep=listener_sleep,
+                    timer=timer,
+                )
 
-    return thrust_run, official_run
+        return run_it
+
+    async def raw_run(ctx: Context) -> dict[str, float]:
+        async with setup(ctx, "raw") as (run, endpoint):
+            edges: list[_Snap] = []
+            w = await raw_consume(
+                endpoint,
+                run.topic(topics[0]),
+                run.group,
+                loops=raw_loops,
+                warmup=ctx.warmup,
+                window=ctx.duration,
+                on_start=lambda: edges.append(_Snap(run)),
+                on_end=lambda: edges.append(_Snap(run)),
+            )
+            return _window_out(w, run, edges[0], edges[1], filled=sum(run.filled.values()))
+
+    runners: dict[str, Runner] = {
+        "thrust": thrust_run,
+        "official": driver_run("official"),
+        "java": driver_run("java"),
+    }
+    if len(topics) == 1 and not listener_sleep:
+        runners["raw"] = raw_run
+    return runners
+
+
+# ---------------------------------------------------------------------------------------------------
+# full-rate production: every client keeps at most IN_FLIGHT sends pending
+
+_IN_FLIGHT = 128
+
+
+async def _thrust_produce(ctx: Context, run: ServerRun, topic: str) -> dict[str, float]:
+    from thrust.message import Message
+    from thrust.producer import Producer
+
+    body = b"x" * max(1, ctx.size)
+    w = Window()
+    measuring = False
+    perf = time.perf_counter
+
+    def done(t0: float, fut: asyncio.Future[Any]) -> None:
+        if not measuring:
+            return
+        if fut.cancelled() or fut.exception() is not None:
+            w.errors += 1
+        else:
+            w.count += 1
+            w.latencies_ms.append((perf() - t0) * 1000.0)
+
+    async with Producer(endpoints=run.endpoint, topics=[topic], max_in_flight=_IN_FLIGHT) as producer:
+        stop = asyncio.Event()
+
+        async def sender() -> None:
+            while not stop.is_set():
+                t0 = perf()
+                fut = await producer.send_async(Message(topic=topic, body=body))
+                fut.add_done_callback(functools.partial(done, t0))
+
+        task = asyncio.create_task(sender())
+        try:
+            await asyncio.sleep(ctx.warmup)
+            s_before = _Snap(run)
+            measuring = True
+            cpu0, t0 = self_cpu_seconds(), time.monotonic()
+            await asyncio.sleep(ctx.duration)
+            cpu1, t1 = self_cpu_seconds(), time.monotonic()
+            measuring = False
+            s_after = _Snap(run)
+        finally:
+            stop.set()
+            await task
+    w.seconds, w.cpu = t1 - t0, cpu1 - cpu0
+    return _window_out(w, run, s_before, s_after, consumed=False)
+
+
+def _driver_produce(ctx: Context, run: ServerRun, topic: str, client: str) -> dict[str, float]:
+    cfg: dict[str, Any] = {"mode": "produce", "endpoints": run.endpoint, "topic": topic, "size": ctx.size}
+    cfg |= {"in_flight": _IN_FLIGHT, "warmup": ctx.warmup_of(client), "window": ctx.duration}
+    cmd = _official_cmd(ctx, cfg) if client == "official" else _java_cmd(ctx, cfg)
+    with _driver(cmd) as proc:
+        start, end, s_before, s_after = _window_events(proc, run)
+    w = Window()
+    w.count, w.seconds, w.errors = int(end["sent"]), float(end["seconds"]), int(end["errors"])
+    w.cpu = float(end["cpu"]) - float(start["cpu"])
+    out = _window_out(w, run, s_before, s_after, consumed=False)
+    nan = float("nan")
+    out["p50_ms"] = nan if end["p50_ms"] is None else float(end["p50_ms"])
+    out["p99_ms"] = nan if end["p99_ms"] is None else float(end["p99_ms"])
+    return out
+
+
+def _produce_scenario() -> dict[str, Runner]:
+    spec = RunSpec(("produce",), brokers=1)
+
+    async def thrust_run(ctx: Context) -> dict[str, float]:
+        with ctx.target.run(spec, ctx.size) as run:
+            run.sample_idle()
+            return await _thrust_produce(ctx, run, run.topic("produce"))
+
+    def driver_run(client: str) -> Runner:
+        async def run_it(ctx: Context) -> dict[str, float]:
+            with ctx.target.run(spec, ctx.size) as run:
+                run.sample_idle()
+                return await asyncio.to_thread(_driver_produce, ctx, run, run.topic("produce"), client)
+
+        return run_it
+
+    async def raw_run(ctx: Context) -> dict[str, float]:
+        with ctx.target.run(spec, ctx.size) as run:
+            run.sample_idle()
+            edges: list[_Snap] = []
+            w = await raw_produce(
+                run.endpoint,
+                run.topic("produce"),
+                size=ctx.size,
+                in_flight=_IN_FLIGHT,
+                warmup=ctx.warmup,
+                window=ctx.duration,
+                on_start=lambda: edges.append(_Snap(run)),
+                on_end=lambda: edges.append(_Snap(run)),
+            )
+            return _window_out(w, run, edges[0], edges[1], consumed=False)
+
+    return {
+        "thrust": thrust_run,
+        "official": driver_run("official"),
+        "java": driver_run("java"),
+        "raw": raw_run,
+    }
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -657,17 +950,19 @@ async def _sc5a_official(ctx: Context) -> dict[str, float]:
 # flat
 
 
+_SC6 = RunSpec(("s6",), brokers=8)
+
+
 async def _sc6_thrust(ctx: Context) -> dict[str, float]:
     from thrust.bench.perf import PerfOptions, run_perf
 
-    topic = "s6"
-    with _server(8, [topic]) as server:
-        server.command("fill", topic=topic, count=5000, size=64)
+    with ctx.target.run(_SC6, 64) as run:
+        run.fill("s6", 5000, 64)
         options = PerfOptions(
             mode="e2e",
-            endpoints=server.endpoints[0],
-            topic=topic,
-            group=GROUP,
+            endpoints=run.endpoint,
+            topic=run.topic("s6"),
+            group=run.group,
             duration=max(4.0, ctx.duration),
             interval=1.0,
             warmup=0.0,
@@ -701,13 +996,13 @@ def _sc6_official_sync(ctx: Context) -> dict[str, float]:
     python = ctx.official_python or official_python()
     driver = Path(__file__).with_name("official_driver.py")
     seconds = max(4.0, ctx.duration)
-    with _server(8, ["s6"]) as server:
-        server.command("fill", topic="s6", count=5000, size=64)
+    with ctx.target.run(_SC6, 64) as run:
+        run.fill("s6", 5000, 64)
         cfg: dict[str, Any] = {
             "mode": "e2e",
-            "endpoints": server.endpoints[0],
-            "group": GROUP,
-            "topics": ["s6"],
+            "endpoints": run.endpoint,
+            "group": run.group,
+            "topics": [run.topic("s6")],
         }
         cfg |= {"rate": 1000.0, "seconds": seconds, "size": 64, "drain": 5.0}
         with tempfile.TemporaryDirectory(prefix="thrust-official-") as home:
@@ -805,6 +1100,7 @@ async def _raw_grpc(ctx: Context) -> dict[str, float]:
         "consumed_per_s": (n1 - n0) / seconds,
         "server_cpu_pct": (cpu1 - cpu0) / seconds * 100.0,
         "client_cpu_pct": (self1 - self0) / seconds * 100.0,
+        "client_us": (self1 - self0) / max(1, n1 - n0) * 1e6,
         "server_us": us,
         "core_per_s": 1e6 / us if us > 0 else float("inf"),
     }
@@ -880,22 +1176,33 @@ async def _raw_send(ctx: Context) -> dict[str, float]:
 
 
 # ---------------------------------------------------------------------------------------------------
-# scenario 7 (after apache/pulsar-client-go#968): per-message acks vs batched acks
+# scenario 7 (after apache/pulsar-client-go#968): per-message acks vs batched acks; then the table
 
 
-def _sc7(batch: bool) -> tuple[Runner, Runner]:
+def _sc7(batch: bool) -> dict[str, Runner]:
     kwargs = {"ack_batch_size": 32 if batch else 1, "ack_linger": 0.01 if batch else 0.0}
     return _consume_scenario(4, ["s7"], thrust_kwargs=kwargs)
 
 
-_sc1 = _consume_scenario(
-    4, ["s1"], faults=(("latency", "ReceiveMessage:0.002"), ("latency", "AckMessage:0.002"))
-)
+# Scenario 1's 2 ms round trip is a TCP FaultProxy in front of the server (1 ms each way), on every server
+# (it used to be the embedded server's own delay of ReceiveMessage and AckMessage answers, which no real
+# proxy has).
+_sc1 = _consume_scenario(4, ["s1"], rtt=0.002)
 _sc2 = _consume_scenario(4, ["s2"], listener_sleep=0.01, timer=True, rate_guess=2500.0)
 _sc2b = _consume_scenario(16, ["s2b"], listener_sleep=0.01, rate_guess=2500.0)
 _sc5b = _consume_scenario(1, ["a", "b"], rate_guess=6000.0)
 _sc7a = _sc7(False)
 _sc7b = _sc7(True)
+_drain = _consume_scenario(4, ["drain"], rate_guess=9000.0)
+_produce = _produce_scenario()
+
+_CPU_ROWS = (
+    Row("client_us", "client CPU per message (µs)", False, 1),
+    Row("server_us", "server CPU per message (µs)", False, 1),
+)
+_FAULT_HOOKS = "needs the embedded server's fault hooks"
+_OWN_CEILING = "the embedded server's own ceiling: on a real server, the raw column of drain and produce"
+_NO_JAVA = "not measured: the Java driver covers scenario 1, the drain and production"
 
 SCENARIOS: dict[str, Scenario] = {
     s.id: s
@@ -908,10 +1215,12 @@ SCENARIOS: dict[str, Scenario] = {
                 Row("server_cpu_pct", "server CPU % (of one core)"),
                 Row("client_cpu_pct", "client CPU % (of one core)"),
                 Row("server_us", "server CPU per consumed message (µs)", False, 1),
+                Row("client_us", "client CPU per consumed message (µs)", False, 1),
                 Row("core_per_s", "the server with one core to itself: msg/s (1 s / CPU per message)"),
             ),
             _raw_grpc,
             "the raw gRPC client is the same for both columns",
+            embedded_only=_OWN_CEILING,
         ),
         Scenario(
             "server",
@@ -930,13 +1239,22 @@ SCENARIOS: dict[str, Scenario] = {
             ),
             _raw_send,
             "the raw gRPC client is the same for both columns",
+            embedded_only=_OWN_CEILING,
         ),
         Scenario(
             "1",
-            "4 queues, ack and receive RTT 2 ms, listener ~0",
-            (Row("consumed_per_s", "consumed msg/s"), Row("acked_per_s", "acked msg/s")),
-            _sc1[0],
-            _sc1[1],
+            "4 queues, ack and receive RTT 2 ms (TCP FaultProxy), listener ~0",
+            (
+                Row("consumed_per_s", "consumed msg/s"),
+                Row("acked_per_s", "acked msg/s (embedded server's counters)"),
+                *_CPU_ROWS,
+            ),
+            _sc1["thrust"],
+            _sc1["official"],
+            _sc1["java"],
+            _sc1["raw"],
+            sized=True,
+            topics=("s1",),
         ),
         Scenario(
             "2",
@@ -944,16 +1262,21 @@ SCENARIOS: dict[str, Scenario] = {
             (
                 Row("consumed_per_s", "consumed msg/s"),
                 Row("timer_p99_ms", "lateness of an unrelated 10 ms timer, p99 (ms)", False, 2),
+                *_CPU_ROWS,
             ),
-            _sc2[0],
-            _sc2[1],
+            _sc2["thrust"],
+            _sc2["official"],
+            _NO_JAVA,
+            topics=("s2",),
         ),
         Scenario(
             "2'",
             "16 queues, listener blocks 10 ms, default options",
-            (Row("peak", "peak concurrent listener calls"), Row("consumed_per_s", "msg/s")),
-            _sc2b[0],
-            _sc2b[1],
+            (Row("peak", "peak concurrent listener calls"), Row("consumed_per_s", "msg/s"), *_CPU_ROWS),
+            _sc2b["thrust"],
+            _sc2b["official"],
+            _NO_JAVA,
+            topics=("s2b",),
         ),
         Scenario(
             "3",
@@ -976,6 +1299,7 @@ SCENARIOS: dict[str, Scenario] = {
             ),
             _sc3_thrust,
             _sc3_official,
+            embedded_only=f"{_FAULT_HOOKS} (a broker whose Telemetry settings answer is held 3 s)",
         ),
         Scenario(
             "4",
@@ -990,6 +1314,7 @@ SCENARIOS: dict[str, Scenario] = {
             ),
             _sc4_thrust,
             _sc4_official,
+            embedded_only=f"{_FAULT_HOOKS} (failing acks, invalid receipt handles)",
         ),
         Scenario(
             "5a",
@@ -1008,13 +1333,20 @@ SCENARIOS: dict[str, Scenario] = {
             ),
             _sc5a_thrust,
             _sc5a_official,
+            embedded_only=f"{_FAULT_HOOKS} (an assignment moved while a receive is in a long poll)",
         ),
         Scenario(
             "5b",
             "topics a and b, one queue each",
-            (Row("topic_a", "messages consumed from a"), Row("topic_b", "messages consumed from b")),
-            _sc5b[0],
-            _sc5b[1],
+            (
+                Row("topic_a", "messages consumed from a"),
+                Row("topic_b", "messages consumed from b"),
+                *_CPU_ROWS,
+            ),
+            _sc5b["thrust"],
+            _sc5b["official"],
+            _NO_JAVA,
+            topics=("a", "b"),
         ),
         Scenario(
             "6",
@@ -1027,30 +1359,90 @@ SCENARIOS: dict[str, Scenario] = {
             ),
             _sc6_thrust,
             _sc6_official,
+            _NO_JAVA,
+            topics=("s6",),
         ),
         Scenario(
             "7a",
             "per-message acks (ack batch size 1), 4 queues, full rate",
             (
                 Row("consumed_per_s", "consumed msg/s"),
-                Row("acked_per_s", "acked msg/s"),
+                Row("acked_per_s", "acked msg/s (embedded server's counters)"),
                 Row("ack_rpcs_per_msg", "ack RPCs per acked message", False, 3),
+                *_CPU_ROWS,
             ),
-            _sc7a[0],
-            _sc7a[1],
+            _sc7a["thrust"],
+            _sc7a["official"],
+            _NO_JAVA,
+            topics=("s7",),
         ),
         Scenario(
             "7b",
             "batched acks (32 entries, 10 ms linger), 4 queues, full rate",
             (
                 Row("consumed_per_s", "consumed msg/s"),
-                Row("acked_per_s", "acked msg/s"),
+                Row("acked_per_s", "acked msg/s (embedded server's counters)"),
                 Row("ack_rpcs_per_msg", "ack RPCs per acked message", False, 3),
+                *_CPU_ROWS,
             ),
-            _sc7b[0],
+            _sc7b["thrust"],
             "cannot be expressed: the official PushConsumer acks each message with its own AckMessage",
+            _NO_JAVA,
+            topics=("s7",),
+        ),
+        Scenario(
+            "drain",
+            "plain backlog drain: 4 queues, listener ~0, each client's defaults (raw: 8 Receive(32)+Ack)",
+            (
+                Row("consumed_per_s", "consumed msg/s"),
+                Row("acked_per_s", "acked msg/s (embedded server's counters)"),
+                *_CPU_ROWS,
+            ),
+            _drain["thrust"],
+            _drain["official"],
+            _drain["java"],
+            _drain["raw"],
+            sized=True,
+            topics=("drain",),
+        ),
+        Scenario(
+            "produce",
+            f"full-rate production: one producer, {_IN_FLIGHT} sends in flight, one message per SendMessage",
+            (
+                Row("produced_per_s", "sent msg/s (receipts)"),
+                Row("p50_ms", "send -> receipt latency, p50 (ms)", False, 2),
+                Row("p99_ms", "send -> receipt latency, p99 (ms)", False, 2),
+                *_CPU_ROWS,
+            ),
+            _produce["thrust"],
+            _produce["official"],
+            _produce["java"],
+            _produce["raw"],
+            sized=True,
+            topics=("produce",),
         ),
     )
 }
 
 ALL = tuple(SCENARIOS)
+"""Every scenario id; the default selection (`DEFAULT`) also runs the sized ones at 1 KiB."""
+
+DEFAULT = (
+    "ceiling",
+    "server",
+    "1",
+    "1@1k",
+    "2",
+    "2'",
+    "3",
+    "4",
+    "5a",
+    "5b",
+    "6",
+    "7a",
+    "7b",
+    "drain",
+    "drain@1k",
+    "produce",
+    "produce@1k",
+)

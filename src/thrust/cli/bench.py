@@ -21,41 +21,156 @@ from typing import Any
 __all__ = ["format_table", "register", "run"]
 
 
+_SERVER_HELP = """\
+servers:
+  --server embedded (default): a fresh embedded server (thrust serve) in a child process per run, with
+      the fault hooks the scenario needs and a backlog stored directly.
+  --server real: a real Apache RocketMQ started from the Maven Central jars for the whole bench (local
+      mode: a namesrv and a proxy with its broker inside; Java 17+ and Maven needed) and stopped at the
+      end. Each run gets a topic and a group of its own; the backlog is sent before the window. Under
+      `thrust cluster --exec` it uses that cluster's local-mode RocketMQ instead ($THRUST_ROCKETMQ).
+  --endpoints HOST:PORT: an existing cluster. Nothing is created: the topics and the group the selected
+      scenarios use must exist (--list-resources prints them). Scenario 1's latency needs the proxy's
+      useEndpointPortFromRequest (the harness sets it), or clients leave the FaultProxy after QueryRoute.
+Scenarios 3, 4 and 5a need the embedded server's fault hooks, and ceiling/server are its own ceilings:
+with --server real or --endpoints, "all" leaves them out and naming one is refused.
+
+sizes: --size sets the message size of the sized scenarios (1, drain, produce; default 64 B); ID@SIZE
+(e.g. drain@1k, produce@4096) runs one at another size. The default selection adds 1@1k, drain@1k and
+produce@1k.
+
+clients: thrust, official (rocketmq-python-client 5.1.2 in its own venv), java (rocketmq-client-java,
+built by Maven into ~/.cache/thrust/java-driver), raw (bare grpc.aio stubs); "both" is thrust,official
+and "all" is all four. Client and server CPU per message: each client's process CPU time (user + sys)
+over the window divided by the messages it consumed or produced; the server's likewise (the embedded
+server's process, or the real proxy's and brokers' JVMs).
+"""
+
+
 def register(subparsers: Any) -> None:
     """Add `thrust bench` to the `thrust` parser."""
     p = subparsers.add_parser(
         "bench",
-        help="named benchmark scenarios on the embedded server (markdown table, --json)",
+        help="named benchmark scenarios on the embedded or a real server (markdown table, --json)",
         description=__doc__,
+        epilog=_SERVER_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument(
         "--scenarios",
         default="all",
-        help="comma-separated ids (ceiling,server,1,2,2',3,4,5a,5b,6,7a,7b; '7' means 7a,7b), default all",
+        help="comma-separated ids (ceiling,server,1,2,2',3,4,5a,5b,6,7a,7b,drain,produce; '7' means 7a,7b;"
+        " ID@SIZE for another message size), default all",
     )
     p.add_argument("--repeat", type=int, default=3, help="runs per cell; the median is shown (default 3)")
-    p.add_argument("--client", choices=("thrust", "official", "both"), default="thrust")
+    p.add_argument(
+        "--client",
+        default="thrust",
+        help="thrust, official, java, raw, both (thrust,official), all, or a comma-separated list",
+    )
     p.add_argument("--duration", type=float, default=10.0, help="seconds of each measurement window")
     p.add_argument("--warmup", type=float, default=1.0, help="seconds before each window")
+    p.add_argument(
+        "--java-warmup",
+        type=float,
+        default=15.0,
+        help="seconds before the Java client's window (its JIT; default 15, never less than --warmup)",
+    )
+    p.add_argument(
+        "--size",
+        "--message-size",
+        dest="size",
+        type=_size,
+        default=64,
+        metavar="BYTES",
+        help="message size of the sized scenarios (1, drain, produce), e.g. 1024 or 1k (default 64)",
+    )
+    p.add_argument(
+        "--server",
+        choices=("embedded", "real"),
+        default=None,
+        help="embedded (default) or real: a real RocketMQ in local mode, started and stopped by the bench",
+    )
+    p.add_argument(
+        "--endpoints",
+        default=None,
+        metavar="HOST:PORT",
+        help="an existing cluster's proxy; its topics and group must exist (see --list-resources)",
+    )
+    p.add_argument(
+        "--server-pids",
+        default=None,
+        metavar="PID,...",
+        help="with --endpoints: the server's processes on this machine, for the server CPU per message",
+    )
+    p.add_argument(
+        "--list-resources",
+        action="store_true",
+        help="print the topics and the group an --endpoints run of this selection needs, and exit",
+    )
     p.add_argument("--json", default=None, metavar="PATH", help="write every run and the medians as JSON")
     p.set_defaults(func=run)
 
 
-def _select(text: str) -> list[str]:
-    from thrust.bench.scenarios import SCENARIOS
+def _size(text: str) -> int:
+    t = text.strip().lower()
+    try:
+        value = int(t[:-1]) * 1024 if t.endswith("k") else int(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a size in bytes (e.g. 1024 or 1k), got {text!r}"
+        ) from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"the size must be >= 1, got {text!r}")
+    return value
 
-    if text == "all":
-        return list(SCENARIOS)
-    wanted: list[str] = []
-    for part in (p.strip() for p in text.split(",")):
-        ids = ["7a", "7b"] if part == "7" else [part]
-        for i in ids:
-            if i not in SCENARIOS:
-                raise ValueError(f"unknown scenario {i!r}; one of {', '.join(SCENARIOS)}")
-            if i not in wanted:
-                wanted.append(i)
+
+def _size_label(size: int) -> str:
+    return f"{size // 1024}k" if size % 1024 == 0 else str(size)
+
+
+def _label(sid: str, size: int) -> str:
+    return sid if size == 64 else f"{sid}@{_size_label(size)}"
+
+
+def _select(text: str, size: int = 64, *, embedded: bool = True) -> list[tuple[str, str, int]]:
+    """(label, scenario id, message size) of each selected run, in table order. `ValueError` for an
+    unknown id, a size on a scenario without one, or (not `embedded`) an embedded-only scenario."""
+    from thrust.bench.scenarios import DEFAULT, SCENARIOS
+
+    parts = list(DEFAULT) if text == "all" else [p.strip() for p in text.split(",") if p.strip()]
+    wanted: list[tuple[str, str, int]] = []
+    for part in parts:
+        name, at, size_text = part.partition("@")
+        for sid in ["7a", "7b"] if name == "7" else [name]:
+            if sid not in SCENARIOS:
+                raise ValueError(f"unknown scenario {sid!r}; one of {', '.join(SCENARIOS)}")
+            scenario = SCENARIOS[sid]
+            if not embedded and scenario.embedded_only:
+                if text == "all":
+                    continue
+                raise ValueError(f"scenario {sid} runs only on the embedded server: {scenario.embedded_only}")
+            if at and not scenario.sized:
+                raise ValueError(f"scenario {sid} has no message size parameter (sized: 1, drain, produce)")
+            run_size = (_size(size_text) if at else size) if scenario.sized else 64
+            label = _label(sid, run_size)
+            if all(w[0] != label for w in wanted):
+                wanted.append((label, sid, run_size))
     return wanted
+
+
+def _clients(text: str) -> list[str]:
+    from thrust.bench.scenarios import CLIENTS
+
+    named = {"both": ["thrust", "official"], "all": list(CLIENTS)}
+    out: list[str] = []
+    for part in (p.strip() for p in text.split(",")):
+        for client in named.get(part, [part]):
+            if client not in CLIENTS:
+                raise ValueError(f"unknown client {client!r}; one of {', '.join(CLIENTS)}, both, all")
+            if client not in out:
+                out.append(client)
+    return sorted(out, key=CLIENTS.index)
 
 
 def _fmt(value: float | None, digits: int) -> str:
@@ -68,18 +183,22 @@ def _fmt(value: float | None, digits: int) -> str:
     return f"{value:,.{digits}f}"
 
 
-def format_table(results: dict[str, Any], clients: list[str]) -> str:
-    """The markdown table: one row per metric, a column per client, and thrust/official."""
+def format_table(
+    results: dict[str, Any], clients: list[str], scenario_ids: dict[str, str] | None = None
+) -> str:
+    """The markdown table: one row per metric, a column per client, then thrust / each other client
+    (ratios of values measured in the same run). `results` is keyed by run label (`1`, `drain@1k`);
+    `scenario_ids` maps a label to its scenario id (default: the label itself)."""
     from thrust.bench.scenarios import SCENARIOS
 
-    head = ["Scenario", "Metric", *clients]
-    if len(clients) == 2:
-        head.append("thrust / official")
+    others = [c for c in clients if c != "thrust"] if "thrust" in clients else []
+    head = ["Scenario", "Metric", *clients, *(f"thrust / {c}" for c in others)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for sid, per_client in results.items():
-        scenario = SCENARIOS[sid]
+    for label, per_client in results.items():
+        scenario = SCENARIOS[(scenario_ids or {}).get(label, label)]
+        title = scenario.title if label == scenario.id else f"{scenario.title} ({_size_title(label)})"
         for n, row in enumerate(scenario.rows):
-            cells = [f"{sid}. {scenario.title}" if n == 0 else "", row.label]
+            cells = [f"{label}. {title}" if n == 0 else "", row.label]
             values: dict[str, float | None] = {}
             for client in clients:
                 entry = per_client.get(client)
@@ -98,11 +217,13 @@ def format_table(results: dict[str, Any], clients: list[str]) -> str:
                     text = _fmt(value, row.digits)
                     if spread and len(entry["runs"]) > 1 and value is not None and math.isfinite(value):
                         text += f" ({_fmt(spread[0], row.digits)}-{_fmt(spread[1], row.digits)})"
+                    if row.key == "consumed_per_s" and any(r.get("backlog_exhausted") for r in entry["runs"]):
+                        text += " (backlog ran out: a lower bound)"
                     if "error" in entry and n == 0:
                         text += f" ({len(entry['runs'])} run(s); then error: {entry['error']})"
                     cells.append(text)
-            if len(clients) == 2:
-                a, b = values.get("thrust"), values.get("official")
+            for other in others:
+                a, b = values.get("thrust"), values.get(other)
                 if a is not None and b is not None and math.isfinite(a) and math.isfinite(b) and b > 0:
                     cells.append(f"{a / b:.2f}x")
                 else:
@@ -111,64 +232,124 @@ def format_table(results: dict[str, Any], clients: list[str]) -> str:
     return "\n".join(lines)
 
 
+def _size_title(label: str) -> str:
+    size = label.partition("@")[2]
+    return f"{size[:-1]} KiB messages" if size.endswith("k") else f"{size} B messages"
+
+
+def _target(args: argparse.Namespace) -> Any:
+    from thrust.bench.targets import EmbeddedTarget, ExternalTarget, RealTarget
+
+    if args.endpoints:
+        pids = [int(p) for p in args.server_pids.split(",") if p.strip()] if args.server_pids else []
+        return ExternalTarget(args.endpoints, pids)
+    if args.server == "real":
+        return RealTarget()
+    return EmbeddedTarget()
+
+
 def run(args: argparse.Namespace) -> int:
     from thrust.bench.scenarios import SCENARIOS, Context, official_python
+    from thrust.bench.targets import resource_names
 
+    def fail(text: str) -> int:
+        print(f"thrust bench: error: {text}", file=sys.stderr)
+        return 2
+
+    if args.endpoints and args.server == "embedded":
+        return fail("--endpoints names an existing cluster; --server embedded starts one (choose one)")
+    if args.server_pids and not args.endpoints:
+        return fail("--server-pids goes with --endpoints (the bench knows the pids of the servers it starts)")
+    embedded = not args.endpoints and args.server != "real"
     try:
-        ids = _select(args.scenarios)
+        selected = _select(args.scenarios, args.size, embedded=embedded)
+        clients = _clients(args.client)
+        if args.server_pids:
+            for pid in args.server_pids.split(","):
+                int(pid)
     except ValueError as exc:
-        print(f"thrust bench: error: {exc}", file=sys.stderr)
-        return 2
+        return fail(str(exc))
+    if args.list_resources:
+        topics = [(t, size) for _label_, sid, size in selected for t in SCENARIOS[sid].topics]
+        names, groups = resource_names(topics)
+        print("topics (NORMAL): " + " ".join(names))
+        print("groups: " + " ".join(groups))
+        return 0
     if args.repeat < 1 or args.duration <= 0:
-        print("thrust bench: error: --repeat must be >= 1 and --duration > 0", file=sys.stderr)
-        return 2
-    clients = ["thrust", "official"] if args.client == "both" else [args.client]
-    ctx = Context(duration=args.duration, warmup=args.warmup)
+        return fail("--repeat must be >= 1 and --duration > 0")
+    if not selected:
+        return fail("no scenario selected runs on this server")
+    target = _target(args)
+    ctx = Context(duration=args.duration, warmup=args.warmup, target=target, java_warmup=args.java_warmup)
     if "official" in clients:
         print("preparing the official client's venv ...", file=sys.stderr)
         ctx.official_python = official_python()
-    runs: dict[str, dict[str, list[dict[str, float]]]] = {i: {c: [] for c in clients} for i in ids}
+    if "java" in clients:
+        from thrust.bench.java_driver import JavaDriverError, build_java_driver
+
+        print("building the Java client's driver (Maven; cached) ...", file=sys.stderr)
+        try:
+            ctx.java = build_java_driver()
+        except JavaDriverError as exc:
+            return fail(str(exc))
+    if not embedded:
+        left_out = [sid for sid in SCENARIOS if SCENARIOS[sid].embedded_only and args.scenarios == "all"]
+        if left_out:
+            print(f"embedded server only, left out: {', '.join(left_out)}", file=sys.stderr)
+    labels = [label for label, _sid, _size_ in selected]
+    ids = {label: sid for label, sid, _size_ in selected}
+    runs: dict[str, dict[str, list[dict[str, float]]]] = {label: {c: [] for c in clients} for label in labels}
     errors: dict[tuple[str, str], str] = {}
     started = time.time()
     load_before = _loadavg()
-    for r in range(args.repeat):
-        for sid in ids:
-            scenario = SCENARIOS[sid]
-            for client in clients:
-                runner = scenario.thrust if client == "thrust" else scenario.official
-                if isinstance(runner, str) or (sid, client) in errors:
-                    continue
-                if sid == "ceiling" and client == "official":
-                    continue
-                print(
-                    f"run {r + 1}/{args.repeat}: scenario {sid} ({client}) ...", file=sys.stderr, flush=True
-                )
-                try:
-                    result = asyncio.run(runner(ctx))
-                except Exception as exc:
-                    errors[(sid, client)] = f"{type(exc).__name__}: {exc}"[:200]
-                    print(f"  failed: {errors[(sid, client)]}", file=sys.stderr)
-                    continue
-                runs[sid][client].append(result)
-                summary = ", ".join(f"{k}={v:.4g}" for k, v in result.items() if k in _shown(sid))
-                print(f"  {summary}", file=sys.stderr, flush=True)
+    try:
+        target.start(lambda text: print(text, file=sys.stderr, flush=True))
+    except Exception as exc:
+        target.stop()
+        print(f"thrust bench: the server did not start: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    try:
+        for r in range(args.repeat):
+            for label, sid, size in selected:
+                scenario = SCENARIOS[sid]
+                ctx.size = size
+                for client in clients:
+                    runner = scenario.runner(client)
+                    if isinstance(runner, str) or (label, client) in errors:
+                        continue
+                    if sid in ("ceiling", "server") and client == "official":
+                        continue
+                    print(
+                        f"run {r + 1}/{args.repeat}: scenario {label} ({client}) ...",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    try:
+                        result = asyncio.run(runner(ctx))
+                    except Exception as exc:
+                        errors[(label, client)] = f"{type(exc).__name__}: {exc}"[:300]
+                        print(f"  failed: {errors[(label, client)]}", file=sys.stderr)
+                        continue
+                    runs[label][client].append(result)
+                    summary = ", ".join(f"{k}={v:.4g}" for k, v in result.items() if k in _shown(sid))
+                    print(f"  {summary}", file=sys.stderr, flush=True)
+    finally:
+        target.stop()
     results: dict[str, Any] = {}
-    for sid in ids:
+    for label, sid in ids.items():
         scenario = SCENARIOS[sid]
-        results[sid] = {}
+        results[label] = {}
         for client in clients:
-            runner = scenario.thrust if client == "thrust" else scenario.official
-            if sid == "ceiling" and client == "official":
-                runner = scenario.official
+            runner = scenario.runner(client)
             if isinstance(runner, str):
-                results[sid][client] = {"skipped": runner}
-            elif (sid, client) in errors and not runs[sid][client]:
-                results[sid][client] = {"error": errors[(sid, client)], "runs": []}
+                results[label][client] = {"skipped": runner}
+            elif (label, client) in errors and not runs[label][client]:
+                results[label][client] = {"error": errors[(label, client)], "runs": []}
             else:
-                results[sid][client] = _aggregate(runs[sid][client])
-                if (sid, client) in errors:  # later runs skipped after a failure: say so in the cell
-                    results[sid][client]["error"] = errors[(sid, client)]
-    table = format_table(results, clients)
+                results[label][client] = _aggregate(runs[label][client])
+                if (label, client) in errors:  # later runs skipped after a failure: say so in the cell
+                    results[label][client]["error"] = errors[(label, client)]
+    table = format_table(results, clients, ids)
     print(table)
     if args.json:
         data = {
@@ -182,17 +363,21 @@ def run(args: argparse.Namespace) -> int:
                 "loadavg_before": load_before,
                 "loadavg_after": _loadavg(),
             },
+            "server": {"kind": target.kind, "title": target.title},
             "duration": args.duration,
             "warmup": args.warmup,
+            "java_warmup": args.java_warmup,
             "repeat": args.repeat,
+            "size": args.size,
             "clients": clients,
             "scenarios": {
-                sid: {
-                    "title": SCENARIOS[sid].title,
-                    "rows": [{"key": r.key, "label": r.label} for r in SCENARIOS[sid].rows],
-                    "results": results[sid],
+                label: {
+                    "id": ids[label],
+                    "title": SCENARIOS[ids[label]].title,
+                    "rows": [{"key": r.key, "label": r.label} for r in SCENARIOS[ids[label]].rows],
+                    "results": results[label],
                 }
-                for sid in ids
+                for label in labels
             },
             "table": table,
         }

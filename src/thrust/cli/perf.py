@@ -1,14 +1,17 @@
 """`thrust perf produce|consume|e2e`: load generator and latency meter, in the spirit of pulsar-perf.
 
 Without `--endpoints` it starts the embedded server (`thrust serve`) in a subprocess with the topics and
-groups the run needs. Every `--interval` seconds it prints one line per side in the pulsar-perf shape;
-at exit (Ctrl-C included) the aggregated HdrHistogram summary; `--json` and `--plot` save the results.
+groups the run needs, or with `--server real` a real Apache RocketMQ in local mode (the harness of
+`thrust cluster`), and stops it at the end. With `--endpoints` the topics and the group must exist.
+Every `--interval` seconds it prints one line per side in the pulsar-perf shape; at exit (Ctrl-C
+included) the aggregated HdrHistogram summary; `--json` and `--plot` save the results.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
 from typing import Any
@@ -39,7 +42,18 @@ def _on_off(text: str) -> bool:
 
 def _add_common(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("connection")
-    g.add_argument("--endpoints", default=None, help="proxy endpoints; default: start an embedded server")
+    g.add_argument(
+        "--endpoints",
+        default=None,
+        help="an existing cluster's proxy (its topics and group must exist); default: start a server",
+    )
+    g.add_argument(
+        "--server",
+        choices=("embedded", "real"),
+        default="embedded",
+        help="without --endpoints: the embedded server (default) or a real RocketMQ in local mode (Java 17"
+        " and Maven; its topics and group are created, and it is stopped at the end)",
+    )
     g.add_argument("--namespace", default="", help="namespace (default none)")
     g.add_argument("--access-key", default=None, help="credentials: access key (MQv2-HMAC-SHA1)")
     g.add_argument("--secret-key", default=None, help="credentials: secret key")
@@ -75,7 +89,9 @@ def _add_producer(p: argparse.ArgumentParser) -> None:
     g.add_argument("-r", "--rate", type=_positive_float, default=0.0, help="msg/s in total (0 = max)")
     g.add_argument("-n", "--producers", type=int, default=1, help="producer clients (default 1)")
     g.add_argument("-o", "--max-in-flight", type=int, default=128, help="sends in flight per producer")
-    g.add_argument("-s", "--size", type=int, default=1024, help="payload bytes (default 1024)")
+    g.add_argument(
+        "-s", "--size", "--message-size", type=int, default=1024, help="payload bytes (default 1024)"
+    )
     g.add_argument(
         "--batch-max-messages",
         type=int,
@@ -193,6 +209,12 @@ def options_from_args(args: argparse.Namespace) -> Any:
         problems.append("--access-key and --secret-key go together")
     if args.tls and not args.endpoints:
         problems.append("--tls needs --endpoints (the embedded server started by perf serves plaintext)")
+    if args.endpoints and args.server == "real":
+        problems.append("--server real starts a cluster; --endpoints names an existing one (choose one)")
+    if args.server == "real" and args.access_key is not None:
+        problems.append(
+            "--access-key needs the embedded server or --endpoints (the harness runs without ACL)"
+        )
     if args.queues is not None and args.endpoints:
         problems.append("--queues configures the embedded server; with --endpoints create the topic there")
     if args.fifo and args.delay:
@@ -258,22 +280,30 @@ def run(args: argparse.Namespace) -> int:
     except UsageError as exc:
         print(f"thrust perf: error: {exc}", file=sys.stderr)
         return 2
-    server = None
-    if not args.endpoints:
-        from thrust.bench.server import BenchServer
+    with contextlib.ExitStack() as servers:
+        if not args.endpoints and args.server == "real":
+            from thrust.bench.targets import real_cluster
 
-        server = BenchServer(server_args(args, topic_names(options)), env=server_env(args))
-        options.endpoints = server.endpoints[0]
-        print(f"embedded server (subprocess) on {options.endpoints}", file=sys.stderr)
-    try:
+            kind = "FIFO" if args.fifo else ("DELAY" if args.delay else "NORMAL")
+            group = getattr(args, "group", "perf-group")
+            print("starting a real RocketMQ (local mode) ...", file=sys.stderr, flush=True)
+            cluster = servers.enter_context(
+                real_cluster(topic_names(options), kind, args.queues or 8, group, bool(args.fifo))
+            )
+            options.endpoints = cluster.endpoint
+            print(f"real RocketMQ (local mode) on {options.endpoints}", file=sys.stderr)
+        elif not args.endpoints:
+            from thrust.bench.server import BenchServer
+
+            server = BenchServer(server_args(args, topic_names(options)), env=server_env(args))
+            servers.callback(server.close)
+            options.endpoints = server.endpoints[0]
+            print(f"embedded server (subprocess) on {options.endpoints}", file=sys.stderr)
         try:
             result = asyncio.run(run_perf(options))
         except KeyboardInterrupt:  # a second Ctrl-C
             print("interrupted", file=sys.stderr)
             return 130
-    finally:
-        if server is not None:
-            server.close()
     if args.json:
         data = {"mode": options.mode, "options": _jsonable(vars(args))} | result.to_json()
         with open(args.json, "w") as fh:

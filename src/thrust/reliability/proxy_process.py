@@ -12,8 +12,8 @@ process the proxy is the network, as the server child is the broker.
         await proxy.command("reset")                # one-shot: RST every live connection
         stats = await proxy.stats()
 
-The child (`python -m thrust.reliability.proxy_process --target HOST:PORT [--host H] [--port P]`) prints
-`ready PORT` when it listens, then answers one JSON line per command line on stdin
+The child (`python -m thrust.reliability.proxy_process --target HOST:PORT [--host H] [--port P]
+[--latency S]`) prints `ready PORT` when it listens, then answers one JSON line per command line on stdin
 (`{"cmd": "blackhole", "scope": "all"}`) and exits when stdin closes.
 """
 
@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
-from thrust.reliability.proxy import PASS, Blackhole, FaultProxy, Mode, Refuse
+from thrust.reliability.proxy import PASS, Blackhole, FaultProxy, Latency, Mode, Refuse
 
 __all__ = ["COMMANDS", "ProxyProcess", "main"]
 
@@ -51,11 +51,12 @@ def _apply(proxy: FaultProxy, request: dict[str, Any]) -> Any:
     raise ValueError(f"unknown command {cmd!r} (one of {', '.join(COMMANDS)})")
 
 
-async def _serve(target: tuple[str, int], host: str, port: int) -> None:
+async def _serve(target: tuple[str, int], host: str, port: int, latency: float = 0.0) -> None:
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader()
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    async with FaultProxy(target=target, host=host, port=port) as proxy:
+    mode: Mode = Latency(latency) if latency > 0 else PASS
+    async with FaultProxy(target=target, host=host, port=port, mode=mode) as proxy:
         print(f"ready {proxy.address[1]}", flush=True)
         while line := await reader.readline():
             try:
@@ -79,15 +80,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--target", type=_host_port, required=True, help="HOST:PORT to forward to")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=0, help="port to listen on (default: a free one)")
+    p.add_argument(
+        "--latency",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="start in Latency mode: every chunk is forwarded SECONDS late, in each direction (default 0)",
+    )
     args = p.parse_args(argv)
-    asyncio.run(_serve(args.target, args.host, args.port))
+    asyncio.run(_serve(args.target, args.host, args.port, args.latency))
     return 0
 
 
 class ProxyProcess:
     """The parent's handle on a proxy child: start it, send it commands, stop it (idempotent)."""
 
-    def __init__(self, target: tuple[str, int], *, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self, target: tuple[str, int], *, host: str = "127.0.0.1", port: int = 0, latency: float = 0.0
+    ) -> None:
+        """`latency` > 0: the proxy starts in `Latency(latency)` (both directions, so a round trip
+        through it takes 2 x `latency` longer)."""
         self._argv = [
             sys.executable,
             "-m",
@@ -98,6 +110,8 @@ class ProxyProcess:
             host,
             "--port",
             str(port),
+            "--latency",
+            str(latency),
         ]
         self.host = host
         self.port = port
