@@ -57,6 +57,7 @@ __all__ = [
     "ServerOptions",
     "ServerProcess",
     "ServerThread",
+    "ServerThreadOptions",
     "Stats",
     "TopicSpec",
     "embedded_server",
@@ -82,6 +83,24 @@ class ServerOptions(TypedDict, total=False):
     idle_timeout: float
     handshake_timeout: float
     channel_expiry: float
+
+
+class ServerThreadOptions(ServerOptions, total=False):
+    """Every keyword of `ServerThread` (those of `embedded_server()`, `faults` apart)."""
+
+    topics: Iterable[str | TopicSpec]
+    groups: Iterable[str | GroupSpec]
+    brokers: int
+    auto_create: bool
+    credentials: Mapping[str, str] | None
+    tls_cert: bytes | None
+    tls_key: bytes | None
+    host: str
+    port: int
+    default_queues: int
+    transaction_check_after: float
+    transaction_check_interval: float
+    client_expiry: float
 
 
 @contextlib.asynccontextmanager
@@ -154,7 +173,7 @@ def _server_config(
     transaction_check_after: float = 6.0,
     transaction_check_interval: float = 6.0,
     client_expiry: float = 120.0,
-    **options: Any,
+    **options: Unpack[ServerOptions],
 ) -> ServerConfig:
     return ServerConfig(
         host=host,
@@ -183,7 +202,7 @@ class ServerThread:
     there and returns its result. `close()` (or leaving the `with` block) stops it; it is idempotent.
     """
 
-    def __init__(self, *, faults: Faults | None = None, **options: Any) -> None:
+    def __init__(self, *, faults: Faults | None = None, **options: Unpack[ServerThreadOptions]) -> None:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="thrust-embedded-server", daemon=True
