@@ -2,6 +2,10 @@
 apache/rocketmq-clients#1445, 6 and 7 after two Pulsar client fixes), the raw gRPC ceiling, and the
 server's own ceiling.
 
+Why one module of ~1050 lines (docs/CONVENTIONS.md): each scenario is a pair of runners (thrust and the
+official client) over the same helpers (`_server`, `_Counts`, `_server_delta`), and `SCENARIOS` lists
+them side by side; the pairs share nothing with each other that a split would make clearer.
+
 Every scenario runs against a fresh embedded server in a child process (`ControlServer`), with the
 fault and latency injection the scenario names, and a backlog stored directly in the broker so that
 the prefill costs the measured run nothing. The thrust side runs in this process; the official side

@@ -1,5 +1,9 @@
 """Protobuf fuzzer for a running RocketMQ 5 gRPC server (B11, S9 in docs/reliability.md §4, §5).
 
+Why one module of ~1000 lines (docs/CONVENTIONS.md): the wire-level helpers, the mutations and the
+`Fuzzer` that picks them per case are one generator whose cases must be regenerable from the seed;
+keeping the draw order of every mutation in one place is what makes `Fuzzer(...).case(i)` reproducible.
+
     report = await fuzz("127.0.0.1:8081", cases=10_000, seed=1)
     assert report.ok, report.summary
 
