@@ -974,7 +974,13 @@ class _Calls:
         out: list[bytes] = []
         try:
             await call.write(payload)
-            await call.done_writing()
+            try:
+                await call.done_writing()
+            except Exception:
+                # grpc.aio lets cygrpc's ExecuteBatchError out of `done_writing` when the server ended the
+                # call between the write and the half-close (`write` turns the same failure into the call's
+                # status). Wait for that status: the read below reports how the call ended.
+                await call.code()
             raw = await call.read()
             if isinstance(raw, bytes):  # else grpc.aio.EOF: the server ended the stream
                 out.append(raw)
