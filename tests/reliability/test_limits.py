@@ -75,7 +75,10 @@ def test_defaults_are_the_catalogue_values() -> None:
     assert config.idle_timeout == 120.0  # upstream maxConnectionIdle
     assert config.channel_expiry == 120.0  # upstream channelExpiredTimeout
     assert config.max_pending_polls == 1024  # upstream popPollingSize
-    assert config.max_concurrent_streams == 1024  # generous: one push consumer's polls + acks per connection
+    # Generous: a default producer's full window of sends plus its Telemetry stream (and a push consumer's
+    # polls and acks) stay far from it; right at the bound a stream can be refused (ServerConfig).
+    assert config.max_concurrent_streams == 4096
+    assert config.max_concurrent_streams >= 4 * thrust.Producer(endpoints="127.0.0.1:1")._max_in_flight
     # thrust's own keepalive is never below what the server tolerates (C6, docs/reliability.md §6).
     assert config.min_ping_interval <= thrust.ClientConfig("127.0.0.1:1").keepalive_interval
     # A dead connection is freed by the server's keepalive before the client expiry fires.
@@ -441,7 +444,7 @@ def test_s12_silent_client_with_a_live_connection_is_expired() -> None:
 
 
 def test_s8e_concurrent_streams_per_connection_bounded_extra_calls_wait() -> None:
-    """max_concurrent_streams=2 (default 1024): three long-poll receives on ONE channel; two reach the
+    """max_concurrent_streams=2 (default 4096): three long-poll receives on ONE channel; two reach the
     server and wait, the third waits in the client's transport (it never reaches the handler) instead of
     failing, and starts as soon as one of the two is answered. Every receive ends OK with its message."""
 

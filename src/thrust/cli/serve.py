@@ -174,10 +174,10 @@ def register(subparsers: Any) -> None:
     limits.add_argument(
         "--max-concurrent-streams",
         type=int,
-        default=1024,
+        default=4096,
         metavar="N",
         help="calls one connection may have open at once; a client's further calls wait until one ends "
-        "(default 1024)",
+        "(default 4096)",
     )
     limits.add_argument(
         "--min-ping-interval",
