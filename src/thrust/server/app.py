@@ -151,6 +151,9 @@ class ServerConfig:
         topics / groups: created at start.
         credentials: access key → secret key; enables MQv2-HMAC-SHA1 authentication.
         tls_cert / tls_key: PEM certificate chain and private key; enables TLS on every port.
+        tls_client_ca: PEM roots; with them every client must present a certificate chaining to one of
+            them (mutual TLS, as a client's `TlsConfig(cert_file=..., key_file=...)`), or the handshake
+            fails. Needs `tls_cert`. None: clients are not asked for a certificate.
         insecure_allow_remote: allow a non-loopback bind without authentication.
         advertise_host: host put in routes when the request carries no endpoints.
         transaction_check_after / transaction_check_interval: first / repeated orphaned-transaction check.
@@ -198,6 +201,7 @@ class ServerConfig:
     credentials: Mapping[str, str] = field(default_factory=dict)
     tls_cert: bytes | None = None
     tls_key: bytes | None = None
+    tls_client_ca: bytes | None = None
     insecure_allow_remote: bool = False
     advertise_host: str | None = None
     transaction_check_after: float = 6.0
