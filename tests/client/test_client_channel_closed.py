@@ -8,7 +8,6 @@ channel and a receive in flight on the old one escaped `SimpleConsumer.receive()
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 
@@ -48,14 +47,14 @@ def test_calls_in_flight_on_a_closed_channel_raise_connection_error() -> None:
             )
             receive = asyncio.create_task(client.receive(_receive_request(), 10.0))
             await asyncio.sleep(0.5)  # both in flight: the send in its delay, the receive in its long poll
-            started = time.monotonic()
             await client.close(0.1)
+            # Ended by the close, not waited out: left alone, the send would succeed after its 5 s delay
+            # and the receive would return MESSAGE_NOT_FOUND after its 5 s poll, neither raising.
             for task in (send, receive):
                 with pytest.raises(thrust.ConnectionError) as info:
                     await task
                 assert info.value.retriable
                 assert "channel closed" in str(info.value)
-            assert time.monotonic() - started < 2.0
 
     run(scenario)
 

@@ -180,8 +180,9 @@ def test_close_with_a_forward_still_failing_is_bounded_and_the_poison_comes_back
                 started = time.monotonic()
                 await consumer.close()
                 took = time.monotonic() - started
-            # Drain bound (request timeout + 1 s) plus cancelling and leaving, not the 60 s ack window.
-            assert took < 6.0, took
+            # Bounded by the drain (request timeout + 1 s) plus cancelling and leaving, not by the 60 s ack
+            # window: a generous net far below that window.
+            assert took < 20.0, took
             assert any("not settled" in r.getMessage() and "dlq" in r.getMessage() for r in caplog.records)
 
             faults.clear()

@@ -1,15 +1,14 @@
 """One regression test per hot-path fault of the Rust push consumer (bench scenarios
 1, 2, 3, 4, 5a, 5b: docs/benchmarks.md#scenarios).
 
-Each asserts behaviour (counts, which calls were made, which thread ran what) against the embedded server;
-where a bound on time is asserted it is far below what the faulty design needs (seconds vs. a long poll or
-a per-message ack round trip), not a speed target.
+Each asserts behaviour (counts, which calls were made, which thread ran what, what had happened when)
+against the embedded server. Waits have generous deadlines; the outcome is read from events and counters,
+never from how fast this machine is.
 """
 
 from __future__ import annotations
 
 import asyncio
-import statistics
 import threading
 import time
 
@@ -21,30 +20,40 @@ from thrust.testing import embedded_server
 
 
 def test_seed1_acks_are_batched_and_consumption_never_waits_for_them() -> None:
-    """Item 1: with a 2 s ack round trip, 160 messages are consumed long before the first ack returns;
-    acks go out as a few multi-entry AckMessage calls; at close acked == consumed."""
+    """Item 1: with a 2 s ack round trip, 160 cached messages are all consumed before the first ack returns
+    (a listener waiting for its ack would have consumed 2, one per thread); acks go out as a few
+    multi-entry AckMessage calls; at close acked == consumed."""
 
     async def main() -> None:
         async with embedded_server(topics=["t:1"], groups=["g"]) as srv:
             ep = srv.endpoints[0]
             consumed: list[str] = []
+            go = threading.Event()
+
+            def listener(m: ReceivedMessage) -> ConsumeResult:
+                go.wait(30)
+                consumed.append(m.message_id)
+                return ConsumeResult.SUCCESS
+
             consumer = PushConsumer(
                 endpoints=ep,
                 group="g",
                 subscriptions={"t": "*"},
-                listener=lambda m: consumed.append(m.message_id) or ConsumeResult.SUCCESS,
+                listener=listener,
                 consumption_thread_count=2,
             )
             async with Producer(endpoints=ep, topics=["t"]) as producer, consumer:
                 await ready(consumer)
-                srv.faults.add_latency("AckMessage", 2.0)
-                sent_at = time.monotonic()
+                srv.faults.add_latency("AckMessage", 2.0)  # below the 3 s request timeout
+                # Sending is not what is measured: the 160 messages are received and cached while the
+                # listener holds, then consumed in one go.
                 ids = await send_all(producer, [Message(topic="t", body=b"m%d" % i) for i in range(160)])
-                await until(lambda: len(consumed) == 160)
+                await until(lambda: sum(q.cached_messages for q in consumer.stats().queues) >= 158, 30)
+                go.set()
+                await until(lambda: len(consumed) == 160 or consumer.stats().acked > 0, 30)
                 # Consumption finished while no ack round trip had completed yet.
-                assert consumer.stats().acked == 0
-                assert time.monotonic() - sent_at < 2.0
-                await until(lambda: consumer.stats().acked == 160)
+                assert len(consumed) == 160 and consumer.stats().acked == 0, (len(consumed), consumer.stats())
+                await until(lambda: consumer.stats().acked == 160, 30)
                 s = consumer.stats()
             assert sorted(consumed) == sorted(ids)
             assert srv.stats.entries["AckMessage"] == 160
@@ -58,34 +67,44 @@ def test_seed1_acks_are_batched_and_consumption_never_waits_for_them() -> None:
 
 def test_seed2_plain_listener_runs_on_its_own_pool_and_the_loop_stays_free() -> None:
     """Item 2: a listener blocking 10 ms runs on `consumption_thread_count` threads (never the loop's), all of
-    them busy at once; an unrelated 10 ms timer on the client's loop keeps ticking on time."""
+    them busy at once; an unrelated 10 ms timer on the client's loop keeps ticking while listeners run."""
 
     async def main() -> None:
         async with embedded_server(topics=["t:1"], groups=["g"]) as srv:
             ep = srv.endpoints[0]
             lock = threading.Lock()
-            state = {"now": 0, "peak": 0, "n": 0}
+            state = {"now": 0, "peak": 0, "n": 0, "started": 0}
             threads: set[int] = set()
+            # The first six calls meet here: all six threads busy at once, however slow the machine is
+            # to hand out the messages (with fewer threads the barrier breaks and the peak stays below 6).
+            meet = threading.Barrier(6)
 
             def listener(m: ReceivedMessage) -> ConsumeResult:
                 with lock:
                     state["now"] += 1
                     state["peak"] = max(state["peak"], state["now"])
                     threads.add(threading.get_ident())
+                    state["started"] += 1
+                    first = state["started"] <= 6
+                if first:
+                    meet.wait(20)
                 time.sleep(0.010)
                 with lock:
                     state["now"] -= 1
                     state["n"] += 1
                 return ConsumeResult.SUCCESS
 
-            lateness: list[float] = []
+            ticks = {"all": 0, "during_listener": 0}
             stop = asyncio.Event()
 
             async def ticker() -> None:
                 while not stop.is_set():
-                    t = time.monotonic()
                     await asyncio.sleep(0.010)
-                    lateness.append(time.monotonic() - t - 0.010)
+                    ticks["all"] += 1
+                    # A tick on the loop while a listener call is running on another thread: the loop is
+                    # not the one blocked in it.
+                    if state["now"] > 0:
+                        ticks["during_listener"] += 1
 
             consumer = PushConsumer(
                 endpoints=ep,
@@ -96,53 +115,56 @@ def test_seed2_plain_listener_runs_on_its_own_pool_and_the_loop_stays_free() -> 
             )
             async with Producer(endpoints=ep, topics=["t"]) as producer, consumer:
                 await ready(consumer)
-                await send_all(producer, [Message(topic="t", body=b"x") for _ in range(300)], chunk=64)
                 tick = asyncio.ensure_future(ticker())
-                await until(lambda: state["n"] == 300, timeout=20)
+                await send_all(producer, [Message(topic="t", body=b"x") for _ in range(300)], chunk=64)
+                await until(lambda: state["n"] == 300, timeout=60)
                 stop.set()
                 await tick
             assert threading.get_ident() not in threads
             assert len(threads) == 6
             assert state["peak"] == 6
-            # Were the listener on the loop, each tick would wait for up to a whole batch of 10 ms calls.
-            assert statistics.median(lateness) < 0.005, lateness
-            assert max(lateness) < 0.1, max(lateness)
+            # Were the listener on the loop, no tick could ever run while a listener call is in progress.
+            assert ticks["during_listener"] >= 5, ticks
 
     run(main())
 
 
 def test_seed3_a_broker_slow_to_answer_settings_does_not_stall_the_healthy_one() -> None:
-    """Item 3: broker 1 answers Settings only after 3 s; consumption from broker 0 goes on meanwhile, and
-    broker 1's messages are consumed once its session is up."""
+    """Item 3: broker 1 answers Settings only after 5 s; consumption from broker 0 goes on meanwhile (before
+    the consumer made a single call of broker 1's), and broker 1's messages are consumed once its session
+    is up."""
 
     async def main() -> None:
         async with embedded_server(topics=["t:2"], groups=["g"], brokers=2) as srv:
-            got: list[tuple[float, str]] = []
+            # (receives the consumer had made of broker 1 when it got the message, the message's endpoint)
+            got: list[tuple[int, str]] = []
 
             def listener(m: ReceivedMessage) -> ConsumeResult:
-                got.append((time.monotonic(), str(m.endpoint)))
+                got.append((srv.stats.broker_calls[(1, "ReceiveMessage")], str(m.endpoint)))
                 return ConsumeResult.SUCCESS
 
             async with Producer(endpoints=srv.endpoints[0], topics=["t"]) as producer:
                 # start() returns once one broker's session is up; wait for both (on a loaded machine the
                 # second may still be connecting), then make new sessions with broker 1 wait.
                 await until(lambda: len(producer.session.open_sessions()) == 2)
-                srv.faults.delay_settings(3.0, broker=1)
+                # Below the 6 s the client waits for a first Settings answer (request timeout + 3 s).
+                srv.faults.delay_settings(5.0, broker=1)
                 consumer = PushConsumer(
                     endpoints=srv.endpoints[0], group="g", subscriptions={"t": "*"}, listener=listener
                 )
-                started = time.monotonic()
                 async with consumer:
                     await until(lambda: len(consumer.stats().queues) == 2)
                     await until(lambda: any(q.receives_in_flight for q in consumer.stats().queues))
                     await send_all(producer, [Message(topic="t", body=b"x") for _ in range(40)])
-                    await until(lambda: len(got) == 40, timeout=15)
+                    await until(lambda: len(got) == 40, timeout=30)
             ep0, ep1 = srv.endpoints
-            early = [e for t, e in got if t - started < 2.5]
-            late = [e for t, e in got if t - started >= 2.5]
-            assert early and all(e == ep0 for e in early), early
+            # The Settings reply of broker 1 was held (and only that one).
+            held = srv.stats.latency
+            assert held.get((1, "Telemetry"), 0.0) >= 5.0 and (0, "Telemetry") not in held, held
+            early = [e for receives, e in got if receives == 0]
+            assert early and all(e == ep0 for e in early), got
             assert srv.stats.broker_calls[(1, "SendMessage")] > 0, srv.stats.broker_calls
-            assert ep1 in late, (srv.stats.broker_calls, got)
+            assert ep1 in [e for receives, e in got if receives > 0], (srv.stats.broker_calls, got)
             assert srv.stats.broker_calls[(1, "AckMessage")] >= 1
 
     run(main())
@@ -169,9 +191,7 @@ def test_seed4_failed_acks_retry_per_entry_and_invalid_handles_are_dropped_at_on
                 ids = await send_all(producer, [Message(topic="t", body=b"m%d" % i) for i in range(400)], 32)
                 srv.faults.expire_messages(*ids[::100])
                 go.set()  # nothing is acked before the faults are in place
-                start = time.monotonic()
-                await until(lambda: consumer.stats().acked == 396, timeout=15)
-                took = time.monotonic() - start
+                await until(lambda: consumer.stats().acked == 396, timeout=30)
                 await until(lambda: consumer.stats().acks_dropped_invalid == 4)
                 s = consumer.stats()
                 assert s.acks_retrying == 0 and s.acks_pending == 0
@@ -179,7 +199,6 @@ def test_seed4_failed_acks_retry_per_entry_and_invalid_handles_are_dropped_at_on
             assert s.ack_attempts == 396 * 2 + 4
             assert s.acks_dropped_expired == 0 and s.acks_dropped_overflow == 0
             assert srv.stats.entries["AckMessage"] == 396
-            assert took < 10.0
 
     run(main())
 
@@ -220,13 +239,16 @@ def test_seed5a_a_new_queue_starts_at_once_while_a_dropped_queue_sits_in_a_long_
                 await until(lambda: consumer.stats().receives_in_flight >= 1)
                 chosen["queue"] = 1
                 moved = time.monotonic()
-                await until(lambda: consumer.stats().queues_dropped == 1, timeout=5)
+                await until(lambda: consumer.stats().queues_dropped == 1)
                 await until(lambda: [q.queue_id for q in consumer.stats().queues] == [1])
-                await until(lambda: consumer.stats().receives_in_flight >= 1, timeout=5)
+                await until(lambda: consumer.stats().receives_in_flight >= 1)
                 await producer.send(Message(topic="t", body=b"second"))
-                await until(lambda: any(b == "second" for b, _ in consumed), timeout=5)
-                # Far below the 20 s long poll that queue 0 was sitting in.
-                assert time.monotonic() - moved < 5
+                await until(lambda: any(b == "second" for b, _ in consumed))
+                # Queue 1 served "second" while the message taken from queue 0 was still in the listener,
+                # before the 20 s long poll queue 0 sat in could have ended on its own (a generous net:
+                # the steps above take well under a second on a quiet machine).
+                assert ("second", 1) in consumed and consumer.stats().listeners_in_flight == 1
+                assert time.monotonic() - moved < 15
                 release.set()
                 await until(lambda: consumer.stats().acked == 2, timeout=5)
             assert srv.stats.entries["AckMessage"] == 2

@@ -123,11 +123,22 @@ async def until(pred: Callable[[], bool], timeout: float = 10.0, step: float = 0
         await asyncio.sleep(step)
 
 
-def assert_report(report: Any, *names: str) -> None:
-    """Assert the named verdicts hold (or are not applicable); the summary explains a failure."""
+def assert_report(report: Any, *names: str, not_applicable: Iterable[str] = ()) -> None:
+    """Assert that the named verdicts hold: each must be shown true by the history. A verdict the history
+    cannot show (`ok is None`: no sends for P3, no heal for P4, no FIFO group for `order`, no
+    `max_attempts` for DLQ) fails, unless the caller names it in `not_applicable`, which asserts that it is
+    indeed not applicable (a test that expects n/a and gets a verdict has changed). The summary explains
+    a failure."""
+    expected_na = set(not_applicable)
     for name in names:
         v = report.verdict(name)
-        assert v.ok is not False, f"{name} failed: {v.detail}\n{report.summary}"
+        if name in expected_na:
+            assert v.ok is None, f"{name} was expected to be n/a, got {v.ok}: {v.detail}\n{report.summary}"
+            continue
+        assert v.ok is not None, f"{name} is n/a (the history cannot show it): {v.detail}\n{report.summary}"
+        assert v.ok, f"{name} failed: {v.detail}\n{report.summary}"
+    unknown = expected_na - set(names)
+    assert not unknown, f"not_applicable names verdicts that were not asked for: {sorted(unknown)}"
 
 
 def first_delivery_times(rec: HistoryRecorder, pids: Iterable[str]) -> dict[str, float]:

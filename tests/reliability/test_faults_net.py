@@ -299,9 +299,11 @@ def test_f6_partition_refused_sends_fail_fast_start_fails_bounded_then_recovers(
                 rec.fault_started("partition")
                 proxy.set_mode(Refuse())
                 started = time.monotonic()
-                with pytest.raises(thrust.ThrustError):
+                # Refused connections: a transport failure (UNAVAILABLE), not a timeout.
+                with pytest.raises(thrust.ConnectionError) as info:
                     async with thrust.Producer(endpoints=ep, topics=["t"], request_timeout=REQUEST_TIMEOUT):
                         pass
+                assert "UNAVAILABLE" in str(info.value), info.value
                 # start(): route query (3 attempts) plus the Settings wait, each bounded.
                 assert time.monotonic() - started <= REQUEST_TIMEOUT * 3 + 3.0 + 1.0
                 await asyncio.sleep(max(0.0, 8.0 - (time.monotonic() - started)))

@@ -24,6 +24,7 @@ import os
 import socket
 import time
 from collections.abc import Callable
+from typing import Any
 
 import grpc
 import pytest
@@ -51,6 +52,21 @@ async def _until(check: Callable[[], bool], within: float, what: str, step: floa
     return time.monotonic() - start
 
 
+def _count_calls(client: thrust.Producer, rpc: str) -> list[str]:
+    """A list that gets `rpc` appended each time `client` makes that unary call (a spy on its session)."""
+    calls: list[str] = []
+    session = client.session
+    original = session.call
+
+    async def call(endpoint: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+        if name == rpc:
+            calls.append(name)
+        return await original(endpoint, name, *args, **kwargs)
+
+    session.call = call  # type: ignore[method-assign]
+    return calls
+
+
 def test_defaults_are_the_catalogue_values() -> None:
     """The defaults the scaled tests below stand for (docs/protocol.md §2.6, S8, S12; thrust's client
     keepalive)."""
@@ -59,7 +75,10 @@ def test_defaults_are_the_catalogue_values() -> None:
     assert config.idle_timeout == 120.0  # upstream maxConnectionIdle
     assert config.channel_expiry == 120.0  # upstream channelExpiredTimeout
     assert config.max_pending_polls == 1024  # upstream popPollingSize
-    assert config.max_concurrent_streams == 1024  # generous: one push consumer's polls + acks per connection
+    # Generous: a default producer's full window of sends plus its Telemetry stream (and a push consumer's
+    # polls and acks) stay far from it; right at the bound a stream can be refused (ServerConfig).
+    assert config.max_concurrent_streams == 4096
+    assert config.max_concurrent_streams >= 4 * thrust.Producer(endpoints="127.0.0.1:1")._max_in_flight
     # thrust's own keepalive is never below what the server tolerates (C6, docs/reliability.md §6).
     assert config.min_ping_interval <= thrust.ClientConfig("127.0.0.1:1").keepalive_interval
     # A dead connection is freed by the server's keepalive before the client expiry fires.
@@ -72,18 +91,19 @@ def test_defaults_are_the_catalogue_values() -> None:
 
 def test_s8a_request_over_max_inbound_size_refused_typed_and_server_stays_up() -> None:
     """A 2 MiB body against a 1 MiB inbound bound (scaled from 130 MiB): the producer gets
-    PayloadTooLargeError (41300, not retriable) at once; the same producer then sends a 512 KiB message."""
+    PayloadTooLargeError (41300, not retriable) after one attempt, not a retry; the same producer then sends
+    a 512 KiB message."""
 
     async def scenario() -> None:
         async with embedded_server(topics=["t"], groups=["g"], max_inbound_message_size=1 * MiB) as srv:
             ep = srv.endpoints[0]
             async with thrust.Producer(endpoints=ep, topics=["t"], request_timeout=2) as p:
-                t0 = time.monotonic()
+                attempts = _count_calls(p, "SendMessage")
                 with pytest.raises(thrust.PayloadTooLargeError) as info:
                     await p.send(thrust.Message(topic="t", body=b"x" * (2 * MiB)))
                 assert info.value.code == Code.PAYLOAD_TOO_LARGE
                 assert info.value.retriable is False
-                assert time.monotonic() - t0 < 2.0
+                assert attempts == ["SendMessage"], attempts  # final at once: never retried
                 assert srv.stats.calls.get("SendMessage", 0) == 0  # refused by the transport
                 receipt = await p.send(thrust.Message(topic="t", body=b"y" * (512 * 1024)))
             async with thrust.SimpleConsumer(
@@ -117,10 +137,10 @@ def test_s8b_pending_long_polls_per_group_bounded_too_many_requests() -> None:
             ):
                 waiting = [asyncio.create_task(c.receive()) for _ in range(2)]
                 await _until(lambda: srv.pending_polls("g") == 2, 5, "two polls waiting")
-                t0 = time.monotonic()
                 with pytest.raises(thrust.TooManyRequestsError) as info:
                     await c.receive()
-                assert time.monotonic() - t0 < 1.0
+                # Refused at once: the two 8 s polls it would have joined are still waiting.
+                assert not any(task.done() for task in waiting) and srv.pending_polls("g") == 2
                 assert info.value.code == Code.TOO_MANY_REQUESTS
                 assert "long polls" in info.value.message
                 assert await other.receive() == []  # per group: "other" may still wait
@@ -221,8 +241,8 @@ def test_s8c_keepalive_pings_at_thrust_rate_never_get_goaway(case: str) -> None:
 
 def test_s8d_idle_connection_closed_but_a_thrust_client_is_kept() -> None:
     """idle_timeout scaled 120 s -> 1 s: a raw channel that made one call and then none is closed by the
-    server (GOAWAY: the channel goes IDLE) within 3 s; a thrust producer, whose Telemetry stream is a call,
-    keeps its connection over the same time and sends without reconnecting."""
+    server (GOAWAY: the channel goes IDLE); a thrust producer, whose Telemetry stream is a call, keeps its
+    connection over the same time (and at least 2.5 s) and sends without reconnecting."""
 
     async def scenario() -> None:
         async with embedded_server(topics=["t"], idle_timeout=1.0) as srv:
@@ -235,7 +255,8 @@ def test_s8d_idle_connection_closed_but_a_thrust_client_is_kept() -> None:
                 assert w.channel.get_state() == grpc.ChannelConnectivity.READY
                 t0 = time.monotonic()
                 while w.channel.get_state() == grpc.ChannelConnectivity.READY:
-                    assert time.monotonic() - t0 < 3.0, "the idle connection was not closed"
+                    # Generous: gRPC's default would keep it 120 s.
+                    assert time.monotonic() - t0 < 30.0, "the idle connection was not closed"
                     await asyncio.sleep(0.05)
                 await asyncio.sleep(max(0.0, 2.5 - (time.monotonic() - t0)))
                 assert srv.stats.calls["Telemetry"] == 1  # the producer's stream was never cut
@@ -252,14 +273,15 @@ def test_s8d_idle_connection_closed_but_a_thrust_client_is_kept() -> None:
 @pytest.mark.parametrize("sends", [b"", b"PRI * HTTP/2.0\r\n"])
 def test_s12_handshake_timeout_closes_a_connection_that_never_completes_it(sends: bytes) -> None:
     """handshake_timeout scaled to 1 s: a TCP connection that sends nothing (or half the HTTP/2 preface)
-    is closed by the server within 2 s (gRPC's default would keep it 120 s)."""
+    is closed by the server after about 1 s (gRPC's default would keep it 120 s)."""
 
     async def scenario() -> None:
         async with embedded_server(topics=["t"], handshake_timeout=1.0) as srv:
             port = srv.ports[0]
 
             def probe() -> float:
-                with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+                # A recv that waits 30 s fails the test: gRPC's default would keep the connection 120 s.
+                with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
                     sock.sendall(sends)
                     t0 = time.monotonic()
                     try:
@@ -270,7 +292,7 @@ def test_s12_handshake_timeout_closes_a_connection_that_never_completes_it(sends
                     return time.monotonic() - t0
 
             took = await asyncio.get_running_loop().run_in_executor(None, probe)
-            assert 0.8 <= took <= 2.0, took
+            assert took >= 0.8, took
 
     run(scenario)
 
@@ -302,8 +324,9 @@ def test_s12_blackholed_client_expired_and_its_fd_freed() -> None:
     """Scaled 120 s -> 2 s (channel expiry) and 60 s + 20 s -> 0.5 s + 0.5 s (server keepalive): a push
     consumer behind a FaultProxy holds one message (its listener is stuck) and waits in long polls; then
     its traffic is black-holed (no FIN, no RST). The server closes its side of the connection (the fd is
-    freed) within 3 s, expires the client within 4 s (settings gone, no poll waiting), and the held message
-    is released to another consumer at once instead of after the 60 s invisible time."""
+    freed: without the keepalive it would stay for minutes), expires the client (settings gone, no poll
+    waiting: without the expiry it would stay 120 s), and the held message is released to another
+    consumer at once instead of after the 60 s invisible time."""
 
     async def scenario() -> None:
         async with embedded_server(
@@ -337,24 +360,22 @@ def test_s12_blackholed_client_expired_and_its_fd_freed() -> None:
                         )
                         before = _connections_served("127.0.0.1", port)
                         proxy.set_mode(Blackhole())
-                        freed = await _until(
-                            lambda: not before & _connections_served("127.0.0.1", port), 3.0, "fd freed"
+                        await _until(
+                            lambda: not before & _connections_served("127.0.0.1", port), 20, "fd freed"
                         )
-                        expired = await _until(
+                        await _until(
                             lambda: srv.client_settings(client_id) is None and srv.pending_polls("g") == 0,
-                            4.0,
+                            20,
                             "client expired",
                         )
                         assert client_id not in srv.connected_clients()
                         async with thrust.SimpleConsumer(
                             endpoints=srv.endpoints[0], group="g", subscriptions={"t": "*"}, await_duration=5
                         ) as survivor:
-                            t0 = time.monotonic()
+                            # Released already: the first receive (a 5 s poll) gets it, not [].
                             [m] = await survivor.receive()
                             assert m.message_id == sent.message_id and m.delivery_attempt == 2
-                            assert time.monotonic() - t0 < 5.0
                             await survivor.ack(m)
-                        assert freed <= 3.0 and expired <= 4.0
                     finally:
                         # Let the stuck consumer go: reset its dead connections so that close() is quick.
                         proxy.reset_connections()
@@ -366,9 +387,10 @@ def test_s12_blackholed_client_expired_and_its_fd_freed() -> None:
 
 def test_s12_silent_client_with_a_live_connection_is_expired() -> None:
     """channel_expiry scaled to 1 s: a raw client opens Telemetry, takes a message with auto-renew and
-    parks a 10 s long poll, then sends nothing (no heartbeat) while its connection stays healthy. Within
-    ~2 s the server answers the poll (no message), ends its Telemetry stream (UNAVAILABLE), forgets its
-    settings (Heartbeat: UNRECOGNIZED_CLIENT_TYPE) and releases its message to another consumer."""
+    parks a 20 s long poll, then sends nothing (no heartbeat) while its connection stays healthy. After
+    ~1 s the server answers the poll (no message, long before the poll would end), ends its Telemetry
+    stream (UNAVAILABLE), forgets its settings (Heartbeat: UNRECOGNIZED_CLIENT_TYPE) and releases its
+    message to another consumer."""
 
     async def scenario() -> None:
         async with embedded_server(topics=["t:1"], groups=["g"], channel_expiry=1.0) as srv:
@@ -380,12 +402,13 @@ def test_s12_silent_client_with_a_live_connection_is_expired() -> None:
                 held = messages_of(await w.receive("g", "t", auto_renew=True, invisible=None))
                 assert [m.system_properties.message_id for m in held] == [mid]
                 t0 = time.monotonic()
-                stream = await w.receive("g", "t", polling=10, rpc_timeout=15)
+                stream = await w.receive("g", "t", polling=20, rpc_timeout=25)
                 took = time.monotonic() - t0
                 assert status_of(stream).code == Code.MESSAGE_NOT_FOUND
-                assert took < 2.5, f"the silent client's poll was held {took:.1f} s"
+                # Ended by the expiry, not by its own end: half the poll is a generous net.
+                assert took < 10.0, f"the silent client's poll was held {took:.1f} s"
                 with pytest.raises(grpc.aio.AioRpcError) as info:
-                    await asyncio.wait_for(telemetry.read(), 2)
+                    await asyncio.wait_for(telemetry.read(), 10)
                 assert info.value.code() == grpc.StatusCode.UNAVAILABLE
                 assert "expired" in (info.value.details() or "")
                 assert srv.client_settings("silent") is None
@@ -421,7 +444,7 @@ def test_s12_silent_client_with_a_live_connection_is_expired() -> None:
 
 
 def test_s8e_concurrent_streams_per_connection_bounded_extra_calls_wait() -> None:
-    """max_concurrent_streams=2 (default 1024): three long-poll receives on ONE channel; two reach the
+    """max_concurrent_streams=2 (default 4096): three long-poll receives on ONE channel; two reach the
     server and wait, the third waits in the client's transport (it never reaches the handler) instead of
     failing, and starts as soon as one of the two is answered. Every receive ends OK with its message."""
 

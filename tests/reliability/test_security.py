@@ -264,9 +264,11 @@ def test_s1_s2_loopback_by_default_and_non_loopback_bind_needs_auth() -> None:
                     with socket.create_connection((other, port), timeout=2):
                         pass
                 t0 = time.monotonic()
-                with pytest.raises(thrust.ThrustError):
+                # Refused by the host (nothing listens there): a transport failure, not a wait.
+                with pytest.raises(thrust.ConnectionError) as info:
                     async with thrust.Producer(endpoints=f"{other}:{port}", topics=["t"], request_timeout=1):
                         pass
+                assert "UNAVAILABLE" in str(info.value)
                 assert time.monotonic() - t0 <= START_BOUND
 
     run(scenario)
@@ -335,7 +337,9 @@ def test_s6_c1_tls_with_auth_end_to_end_and_every_mismatch_fails_fast(tmp_path: 
                 None,  # plaintext against TLS
             ):
                 t0 = time.monotonic()
-                with pytest.raises(thrust.ThrustError):
+                # The handshake fails (untrusted certificate, or plaintext the TLS port closes on): a
+                # transport failure, UNAVAILABLE, not a timeout and not an authentication error.
+                with pytest.raises(thrust.ConnectionError) as info:
                     async with thrust.Producer(
                         endpoints=ep,
                         topics=["t"],
@@ -344,10 +348,11 @@ def test_s6_c1_tls_with_auth_end_to_end_and_every_mismatch_fails_fast(tmp_path: 
                         request_timeout=REQUEST_TIMEOUT,
                     ):
                         pass
+                assert "UNAVAILABLE" in str(info.value), info.value
                 assert time.monotonic() - t0 <= START_BOUND
         async with embedded_server(topics=["t"]) as plain:
             t0 = time.monotonic()
-            with pytest.raises(thrust.ThrustError):
+            with pytest.raises(thrust.ConnectionError) as info:
                 async with thrust.Producer(
                     endpoints=plain.endpoints[0],
                     topics=["t"],
@@ -355,6 +360,7 @@ def test_s6_c1_tls_with_auth_end_to_end_and_every_mismatch_fails_fast(tmp_path: 
                     request_timeout=REQUEST_TIMEOUT,
                 ):
                     pass
+            assert "UNAVAILABLE" in str(info.value), info.value
             assert time.monotonic() - t0 <= START_BOUND
         assert_report(check(rec), "P1", "P2")
 

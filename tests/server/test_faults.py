@@ -21,12 +21,14 @@ def test_latency_per_rpc_kind() -> None:
         faults = Faults()
         faults.add_latency(Rpc.SEND_MESSAGE, 0.3)
         async with embedded_server(topics=["t"], faults=faults) as srv, Wire(srv.endpoints[0]) as w:
-            started = time.monotonic()
             await w.route("t")
-            assert time.monotonic() - started < 0.25
+            # The route was answered without the SendMessage latency: the server added none to it.
+            assert srv.stats.calls["QueryRoute"] == 1
+            assert not srv.stats.latency, srv.stats.latency
             started = time.monotonic()
             await w.send_ok("t")
             assert time.monotonic() - started >= 0.3
+            assert srv.stats.latency == {(0, "SendMessage"): 0.3}
 
     run(scenario())
 
@@ -85,13 +87,15 @@ def test_settings_reply_delayed_on_one_broker_only() -> None:
             srv.faults.delay_settings(0.6, broker=1)
             settings = d.Settings(client_type=d.ClientType.PRODUCER, publishing=d.Publishing())
             async with Wire(srv.endpoints[0]) as w0, Wire(srv.endpoints[1]) as w1:
-                started = time.monotonic()
-                await w0.handshake(settings)
-                assert time.monotonic() - started < 0.4
+                _, reply = await w0.handshake(settings)
+                assert reply.status.code == Code.OK
+                # Broker 0 answered without holding its reply.
+                assert srv.stats.calls["Telemetry"] == 1 and not srv.stats.latency, srv.stats.latency
                 started = time.monotonic()
                 _, reply = await w1.handshake(settings)
                 assert time.monotonic() - started >= 0.55
                 assert reply.status.code == Code.OK
+                assert srv.stats.latency == {(1, "Telemetry"): 0.6}
 
     run(scenario())
 
@@ -220,6 +224,17 @@ def test_delay_fraction_adds_to_latency_per_broker_and_is_removable() -> None:
     faults.delay_fraction(Rpc.RECEIVE_MESSAGE, 0.0, 1.0, broker=1)  # removed
     on_1 = faults.on_call("ReceiveMessage", 1)
     assert on_1 is not None and on_1.latency == 0.5
+    # Every second of it is counted where it was added; an injected failure's latency too.
+    faults.fail_next(Rpc.RECEIVE_MESSAGE, Code.INTERNAL_SERVER_ERROR)
+    failed = faults.on_call("ReceiveMessage", 0)
+    assert failed is not None and failed.code == Code.INTERNAL_SERVER_ERROR and failed.latency == 0.5
+    assert faults.on_call("SendMessage", 0) is None
+    assert faults.stats.latency == {(0, "ReceiveMessage"): 1.0, (1, "ReceiveMessage"): 2.0}
+    faults.delay_settings(2.0, broker=1)
+    assert faults.settings_delay(0) == 0.0 and faults.settings_delay(1) == 2.0
+    assert faults.stats.latency.get((1, "Telemetry")) == 2.0 and (0, "Telemetry") not in faults.stats.latency
+    faults.stats.reset()
+    assert not faults.stats.latency
     faults.delay_fraction(Rpc.RECEIVE_MESSAGE, 1.0, 1.0)
     faults.clear()
     assert not faults.active and faults.on_call("ReceiveMessage", 1) is None
@@ -238,8 +253,11 @@ def test_delay_fraction_over_grpc_and_as_a_flag() -> None:
         async with embedded_server(topics=["t"], faults=faults) as srv, Wire(srv.endpoints[0]) as w:
             started = time.monotonic()
             await w.send_ok("t")
-            assert 0.2 <= time.monotonic() - started < 2.0
+            assert time.monotonic() - started >= 0.2
             assert srv.stats.delayed["SendMessage"] == 1
+            # The one delay drawn lies within [0.2, 0.3] s.
+            [(key, added)] = srv.stats.latency.items()
+            assert key == (0, "SendMessage") and 0.2 <= added <= 0.3, srv.stats.latency
 
     run(scenario())
     broker_only = Faults()

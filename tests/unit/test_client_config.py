@@ -75,3 +75,29 @@ def test_message_is_immutable_and_delay() -> None:
     with pytest.raises(ValueError):
         Message(topic="t", body=b"x", delay=1, delivery_time=1.0)
     assert FilterExpression.of("a") == FilterExpression.tag("a")
+
+
+def test_replace_changes_some_fields_validates_them_and_leaves_the_original_alone() -> None:
+    creds = Credentials(access_key="AK", secret_key="SECRET")
+    base = ClientConfig("10.0.0.1:8081", namespace="ns", credentials=creds, tls=True, request_timeout=2)
+    moved = base.replace(endpoints=["10.0.0.2:1", "10.0.0.3:2"], request_timeout=0.5)
+    assert moved.endpoints == "10.0.0.2:1;10.0.0.3:2" and moved.request_timeout == 0.5
+    assert moved.access_point.target == "ipv4:10.0.0.2:1,10.0.0.3:2"
+    # Every other field is kept, the original is unchanged (frozen), and the copy is a new object.
+    assert (moved.namespace, moved.credentials, moved.tls) == ("ns", creds, TlsConfig())
+    assert (moved.keepalive_interval, moved.keepalive_timeout) == (300.0, 30.0)
+    assert base.endpoints == "10.0.0.1:8081" and base.request_timeout == 2.0 and moved is not base
+    assert base.replace() == base
+    # The constructor's conversions and checks run on the new values.
+    assert base.replace(tls=False).tls is None
+    assert base.replace(tls=TlsConfig(enabled=False)).tls is None
+    assert base.replace(namespace=None).namespace == ""  # type: ignore[arg-type]
+    assert "SECRET" not in repr(base.replace(namespace="other"))
+    with pytest.raises(ValueError, match="request_timeout"):
+        base.replace(request_timeout=0)
+    with pytest.raises(ValueError):
+        base.replace(endpoints="not-an-endpoint")
+    with pytest.raises(ValueError, match="keepalive"):
+        base.replace(keepalive_interval=0.01)
+    with pytest.raises(TypeError):
+        base.replace(no_such_field=1)

@@ -1,5 +1,8 @@
 """Request validation shared by the client (before any I/O) and the embedded server (on receipt).
 
+Why one module of ~620 lines (docs/CONVENTIONS.md): it is the one list of the proxy's request limits,
+shared by client and server; one check per field, kept together so that both sides apply the same.
+
 Every check returns None or raises `Invalid` carrying the `apache.rocketmq.v2.Code` the upstream proxy
 answers with for the same input (docs/protocol.md §2.3, §5.4). The rules and limits follow
 apache/rocketmq: `proxy/.../grpc/v2/common/GrpcValidator.java`, `SendMessageActivity.java`,

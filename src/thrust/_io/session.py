@@ -1,5 +1,9 @@
 """The session layer every client type shares: channels, per-endpoint sessions, routes, housekeeping.
 
+Why one module of ~700 lines (docs/CONVENTIONS.md): `ClientSession` owns one client's channels,
+endpoint sessions, routes and housekeeping tasks, and close must reach all of them in order; it
+stays one class so that no other object holds a piece of that state.
+
 `ClientSession` is one client's connection state:
 
 - one `RpcClient` (grpc.aio channel) per endpoint, created on first use (no I/O);
@@ -10,8 +14,7 @@
   endpoints that already have a session (bench scenario 3, docs/benchmarks.md#scenarios; Java
   `ClientManagerImpl` holds a lock there, docs/protocol.md §2.6);
 - a route cache per topic with the same task-per-key pattern, refreshed every 30 s (docs/protocol.md §3.2);
-route
-  listeners hear of every change, and sessions with endpoints that left every route are closed;
+  route listeners hear of every change, and sessions with endpoints that left every route are closed;
 - heartbeats every 10 s and a Settings re-sync every 5 min on every telemetry stream (docs/protocol.md §4.6);
 - `call(endpoint, rpc, request)` / `receive(endpoint, request)`: ensure the session, then call through
   `thrust._io.rpc`, where gRPC errors and non-OK statuses become ThrustErrors;

@@ -2,6 +2,10 @@
 apache/rocketmq-clients#1445, 6 and 7 after two Pulsar client fixes, and a plain backlog drain and
 full-rate production at any message size), the raw gRPC ceiling, and the server's own ceiling.
 
+Why one module of this size (docs/CONVENTIONS.md): each scenario is a set of runners (thrust, the
+official client, Java, raw) over the same helpers, and `SCENARIOS` lists them side by side; the runners
+share nothing with each other that a split would make clearer.
+
 Every run gets a server of its own from `Context.target` (`thrust.bench.targets`): a fresh embedded
 server in a child process (`ControlServer`), with the fault hooks the scenario names and a backlog
 stored directly in the broker; or, with `--server real` / `--endpoints`, a topic and a group on a real

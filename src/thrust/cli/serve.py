@@ -128,6 +128,13 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--tls-cert", type=Path, default=None, help="PEM certificate chain: serve TLS")
     parser.add_argument("--tls-key", type=Path, default=None, help="PEM private key for --tls-cert")
     parser.add_argument(
+        "--tls-client-ca",
+        type=Path,
+        default=None,
+        help="PEM roots: every client must present a certificate signed by one of them (mutual TLS; "
+        "needs --tls-cert)",
+    )
+    parser.add_argument(
         "--insecure-allow-remote",
         action="store_true",
         help="allow a non-loopback --host without authentication, or with authentication but without TLS "
@@ -174,10 +181,10 @@ def register(subparsers: Any) -> None:
     limits.add_argument(
         "--max-concurrent-streams",
         type=int,
-        default=1024,
+        default=4096,
         metavar="N",
         help="calls one connection may have open at once; a client's further calls wait until one ends "
-        "(default 1024)",
+        "(default 4096)",
     )
     limits.add_argument(
         "--min-ping-interval",
@@ -272,6 +279,7 @@ def _config(args: argparse.Namespace) -> ServerConfig:
         credentials={args.access_key: args.secret_key} if args.access_key else {},
         tls_cert=args.tls_cert.read_bytes() if args.tls_cert else None,
         tls_key=_read_private(args.tls_key, "--tls-key") if args.tls_key else None,
+        tls_client_ca=args.tls_client_ca.read_bytes() if args.tls_client_ca else None,
         insecure_allow_remote=args.insecure_allow_remote,
         advertise_host=args.advertise_host,
         transaction_check_after=args.transaction_check_after,

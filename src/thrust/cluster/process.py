@@ -1,5 +1,8 @@
 """Start and stop a real Apache RocketMQ 5 (namesrv, broker(s), gRPC proxy) as JVM child processes.
 
+Why one module of ~780 lines (docs/CONVENTIONS.md): `RocketMQCluster` owns the start order, ports,
+homes and teardown of every JVM of one cluster; its two shapes share all of it.
+
 Two shapes:
 - `mode="local"`: a namesrv and one proxy in local mode, the broker running inside the proxy's JVM
   (`ProxyStartup -pm local -bc broker.conf`): two JVMs, the cheapest real engine.

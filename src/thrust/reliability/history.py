@@ -1,5 +1,9 @@
 """Jepsen-style message history: a cheap recorder and a checker for P1-P4 of docs/reliability.md §1.
 
+Why one module of ~800 lines (docs/CONVENTIONS.md): the recorder's event vocabulary and the checker
+that reads it are one format; `check` walks every event once and derives P1-P4, order and DLQ
+verdicts from the same indexes, which a split would have to pass around.
+
 The recorder appends one tuple per event under a `threading.Lock` and never awaits, so producer
 tasks, consumer callbacks and worker threads can share one recorder. The checker follows the
 vocabulary of docs/reliability.md §1:

@@ -1,5 +1,9 @@
 """Soak run (L5, docs/reliability.md §2): steady load with periodic network faults, sampling resources.
 
+Why one module of ~850 lines (docs/CONVENTIONS.md): it is one command (load, faults, sampling, the P5
+figures and their printout) whose parts share the `_Soak` state of a single run; its long docstring
+is the definition of the P5 figures it computes.
+
     python -m thrust.reliability.soak --duration 3600            # L5's hour
     python -m thrust.reliability.soak --duration 420 --json out.json
     python -m thrust.reliability.soak --server real --duration 600   # a real RocketMQ, R1-R4 in turn

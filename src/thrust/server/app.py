@@ -151,6 +151,9 @@ class ServerConfig:
         topics / groups: created at start.
         credentials: access key → secret key; enables MQv2-HMAC-SHA1 authentication.
         tls_cert / tls_key: PEM certificate chain and private key; enables TLS on every port.
+        tls_client_ca: PEM roots; with them every client must present a certificate chaining to one of
+            them (mutual TLS, as a client's `TlsConfig(cert_file=..., key_file=...)`), or the handshake
+            fails. Needs `tls_cert`. None: clients are not asked for a certificate.
         insecure_allow_remote: allow a non-loopback bind without authentication.
         advertise_host: host put in routes when the request carries no endpoints.
         transaction_check_after / transaction_check_interval: first / repeated orphaned-transaction check.
@@ -170,7 +173,7 @@ class ServerConfig:
             1024, answers POLLING_FULL). 0: no limit.
         max_concurrent_streams: calls (HTTP/2 streams) one connection may have open at once, advertised as
             SETTINGS_MAX_CONCURRENT_STREAMS (S8). A client over it is not failed: its extra calls wait on
-            the client side until one of its open calls ends. Default 1024 (see the field).
+            the client side until one of its open calls ends. Default 4096 (see the field).
         min_ping_interval: the shortest interval between client pings the server tolerates; a client
             pinging faster gets GOAWAY `too_many_pings` after 2 strikes (S8). 300 s = the proxy's
             (grpc-java's default `permitKeepAliveTime`; thrust and Java ping every 300 s). 0: any rate.
@@ -198,6 +201,7 @@ class ServerConfig:
     credentials: Mapping[str, str] = field(default_factory=dict)
     tls_cert: bytes | None = None
     tls_key: bytes | None = None
+    tls_client_ca: bytes | None = None
     insecure_allow_remote: bool = False
     advertise_host: str | None = None
     transaction_check_after: float = 6.0
@@ -212,8 +216,13 @@ class ServerConfig:
     # holds one long-poll stream per assigned queue, plus Telemetry and its acks, across many topics, all
     # on one connection per endpoint, and an ack queued behind long polls would wait for one to end. The
     # Java proxy (grpc-netty) leaves it unlimited by default; a bound protects the single-node server
-    # from one connection opening streams without end.
-    max_concurrent_streams: int = 1024
+    # from one connection opening streams without end. Right at the bound a call can still fail: a stream
+    # the client already counts as ended (it has the answer) may not be released by the server yet, so
+    # the client's next stream is refused (RST_STREAM REFUSED_STREAM), which a client with gRPC retries
+    # off, as thrust's and the proxy's clients are, gets as UNAVAILABLE. So the default sits well above
+    # what one default client opens: 4 x a producer's 1024-send window (at 1024, a full window plus the
+    # Telemetry stream had ~30 of 5000 pipelined sends refused).
+    max_concurrent_streams: int = 4096
     min_ping_interval: float = 300.0
     keepalive_time: float = 60.0
     keepalive_timeout: float = 20.0

@@ -135,6 +135,9 @@ class Stats:
             that succeeded.
         injected: injected faults per RPC name.
         delayed: calls per RPC name that `Faults.delay_fraction` delayed.
+        latency: seconds of injected latency per `(broker index, RPC name)`, from `add_latency` and
+            `delay_fraction`; under `"Telemetry"`, the seconds `delay_settings` held Settings replies. A
+            test proves a call was (or was not) slowed by the fault from this, not from a clock.
         receives: the last `RECENT_RECEIVES` ReceiveMessage calls, oldest first, with their `attempt_id`
             (F14, docs/reliability.md §3: a retried receive should reuse the attempt id of the one that
             failed).
@@ -145,11 +148,17 @@ class Stats:
     entries: Counter[str] = field(default_factory=Counter)
     injected: Counter[str] = field(default_factory=Counter)
     delayed: Counter[str] = field(default_factory=Counter)
+    latency: dict[tuple[int, str], float] = field(default_factory=dict)
     receives: deque[ReceiveCall] = field(default_factory=_recent_receives)
 
     def record_receive(self, broker: int, group: str, topic: str, attempt_id: str | None) -> None:
         """Remember one ReceiveMessage call (bounded: the oldest beyond `RECENT_RECEIVES` is dropped)."""
         self.receives.append(ReceiveCall(broker, group, topic, attempt_id))
+
+    def add_latency(self, broker: int, rpc: str, seconds: float) -> None:
+        """Count `seconds` of latency injected into a call of `rpc` on `broker`."""
+        key = (broker, rpc)
+        self.latency[key] = self.latency.get(key, 0.0) + seconds
 
     def reset(self) -> None:
         """Zero every counter and forget the recorded receives."""
@@ -158,6 +167,7 @@ class Stats:
         self.entries.clear()
         self.injected.clear()
         self.delayed.clear()
+        self.latency.clear()
         self.receives.clear()
 
 
@@ -396,18 +406,24 @@ class Faults:
                 elif self._rng.random() >= rule.fraction:
                     continue
                 stats.injected[rpc] += 1
+                if latency:
+                    stats.add_latency(broker, rpc, latency)
                 if rule.code is None:
                     return Action(latency=latency, drop=True, process=rule.process)
                 return Action(latency=latency, code=rule.code, message=rule.message)
         if latency:
+            stats.add_latency(broker, rpc, latency)
             return Action(latency=latency)
         return None
 
     def settings_delay(self, broker: int) -> float:
-        """Seconds to hold the Telemetry settings reply on `broker`."""
+        """Seconds to hold the Telemetry settings reply on `broker` (added up in `Stats.latency`)."""
         if not self._settings_delay:
             return 0.0
-        return self._settings_delay.get(broker, 0.0) or self._settings_delay.get(None, 0.0)
+        delay = self._settings_delay.get(broker, 0.0) or self._settings_delay.get(None, 0.0)
+        if delay:
+            self.stats.add_latency(broker, Rpc.TELEMETRY.value, delay)
+        return delay
 
     def handle_expired(self, receipt_handle: str, message_id: str) -> bool:
         """True when this handle was expired by `expire_receipt_handles` / `expire_messages`."""

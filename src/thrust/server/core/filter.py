@@ -1,5 +1,9 @@
 """Server-side message filtering: TAG expressions and RocketMQ's SQL92 dialect.
 
+Why one module of ~800 lines (docs/CONVENTIONS.md): the tokenizer, the recursive-descent parser and the
+closures it builds are one grammar sharing private token and value types; split, each part would only
+reach into the others' internals.
+
 `compile_filter` turns a subscription's `FilterExpression` (docs/protocol.md §6.5) into a
 `MessageFilter` once; the receive path then calls `matches(tag, properties)` per message.
 

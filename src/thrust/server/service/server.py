@@ -63,6 +63,8 @@ class EmbeddedServer(ClientRegistry):
             )
         if bool(config.tls_cert) != bool(config.tls_key):
             raise ValueError("TLS needs both a certificate and a private key")
+        if config.tls_client_ca and not config.tls_cert:
+            raise ValueError("client certificates (tls_client_ca) need TLS: set tls_cert and tls_key")
         if (
             not is_loopback(host)
             and config.credentials
@@ -140,7 +142,11 @@ class EmbeddedServer(ClientRegistry):
         config = self.config
         credentials = None
         if config.tls_cert and config.tls_key:
-            credentials = grpc.ssl_server_credentials([(config.tls_key, config.tls_cert)])
+            credentials = grpc.ssl_server_credentials(
+                [(config.tls_key, config.tls_cert)],
+                root_certificates=config.tls_client_ca or None,
+                require_client_auth=bool(config.tls_client_ca),
+            )
         options = _server_options(config)
         try:
             for i, servicer in enumerate(self._servicers):
