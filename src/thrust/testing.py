@@ -70,6 +70,7 @@ class ServerOptions(TypedDict, total=False):
     step with ServerConfig."""
 
     ports: tuple[int, ...]
+    tls_client_ca: bytes | None
     insecure_allow_remote: bool
     advertise_host: str | None
     broker_prefix: str

@@ -24,6 +24,13 @@ def _kill_streams(srv: object, client_id: str) -> int:
     return len(sessions)
 
 
+def _only_new_streams(srv: object, client_id: str, killed: list[object]) -> bool:
+    """The server registered the client's new stream and dropped the ones `_kill_streams` ended (until
+    then a command the server pushes may go to an ended stream and be lost)."""
+    sessions = list(srv._sessions.get(client_id, ()))  # type: ignore[attr-defined]
+    return bool(sessions) and not any(s in killed for s in sessions)
+
+
 def test_invisible_duration_expiry_redelivers_and_old_handle_is_refused() -> None:
     async def scenario() -> None:
         async with embedded_server(topics=["t"], groups=["g"]) as srv:
@@ -87,8 +94,9 @@ def test_telemetry_reestablished_and_server_settings_applied() -> None:
                 [ep] = session.open_sessions()
                 stream = session.telemetry(ep)
                 assert stream is not None and stream.opened == 1
+                killed = list(srv._sessions.get(session.client_id, ()))  # type: ignore[attr-defined]
                 assert _kill_streams(srv, session.client_id) == 1
-                await until(lambda: stream.opened >= 2 and session.client_id in srv.connected_clients())
+                await until(lambda: stream.opened >= 2 and _only_new_streams(srv, session.client_id, killed))
                 # The server pushes new settings: every field is applied, durations with nanos.
                 settings = d.Settings()
                 settings.request_timeout.seconds, settings.request_timeout.nanos = 1, 500_000_000
@@ -100,7 +108,7 @@ def test_telemetry_reestablished_and_server_settings_applied() -> None:
                 settings.publishing.max_body_size = 1024
                 settings.publishing.validate_message_type = False
                 version = session.settings_version
-                srv.send_command(
+                assert srv.send_command(
                     session.client_id, s.TelemetryCommand(status=d.Status(code=d.OK), settings=settings)
                 )
                 # The re-established stream's own handshake answer may land first; wait for ours.
