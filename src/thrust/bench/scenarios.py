@@ -245,7 +245,7 @@ def _window_out(
     if consumed and before.stats is not None and after.stats is not None:
         out |= _server_delta(before.stats, after.stats, seconds)
         out["ack_rpcs_per_msg"] = out["ack_rpcs"] / max(1.0, out["acked"])
-    if consumed and filled and w.total >= 0.99 * filled:
+    if consumed and filled and run.exclusive and w.total >= 0.99 * filled:
         out["backlog_exhausted"] = 1.0
     if not consumed:
         out["p50_ms"] = _percentile(w.latencies_ms, 0.5)

@@ -106,6 +106,9 @@ class ServerRun:
         self.group = group
         self.filled: dict[str, int] = collections.defaultdict(int)
         self.idle_cpu_pct: float | None = None
+        self.exclusive = True
+        """The topics hold only this run's backlog (False on an existing cluster, whose topics may hold
+        what earlier runs left)."""
 
     def sample_idle(self, *, quiet_pct: float = 15.0, max_wait: float = 20.0) -> None:
         """Wait (1 s samples, at most `max_wait` s) until the server's CPU is under `quiet_pct` % of one
@@ -328,7 +331,9 @@ class ExternalTarget(Target):
     @contextlib.contextmanager
     def _run(self, spec: RunSpec, size: int) -> Iterator[ServerRun]:
         names = {t: sized_name(t, size) for t in spec.topics}
-        yield _RealRun(self.endpoint, names, GROUP, self.pids)
+        run = _RealRun(self.endpoint, names, GROUP, self.pids)
+        run.exclusive = False
+        yield run
 
 
 @contextlib.contextmanager
