@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from thrust.bench.scenarios import DEFAULT, SCENARIOS
 from thrust.cli.bench import _clients, _select
 from thrust.cli.main import build_parser
 from thrust.cluster import ClusterInfo
+from thrust.cluster.process import wait_routable
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -222,3 +224,28 @@ def test_bench_server_real_short(rocketmq: ClusterInfo, tmp_path: Path) -> None:
             if rocketmq.control:  # the proxy's pid comes from `thrust cluster`'s control socket
                 assert median["server_us"] > 0, (label, client)
             assert "acked_per_s" not in median  # the embedded server's counters only
+
+
+@pytest.mark.timeout(180, func_only=True)
+def test_bench_endpoints_on_an_existing_cluster(rocketmq: ClusterInfo, tmp_path: Path) -> None:
+    """`--endpoints`: nothing is created; the topic `--list-resources` names, made here beforehand, and the
+    group `bench` are used as they are (a backlog is produced into the topic before the window)."""
+    listed = _thrust(
+        "bench", "--endpoints", rocketmq.endpoint, "--scenarios", "drain", "--list-resources", timeout=30
+    )
+    assert listed.stdout.splitlines() == ["topics (NORMAL): bench-drain", "groups: bench"]
+    admin = rocketmq.admin()
+    admin.create_topic("bench-drain", "NORMAL", queues=4)
+    admin.create_group("bench")
+    wait_routable(rocketmq.endpoint, "bench-drain", deadline=time.monotonic() + 30)
+    out = tmp_path / "bench.json"
+    proc = _thrust(
+        "bench", "--endpoints", rocketmq.endpoint, "--scenarios", "drain", "--client", "thrust",
+        "--repeat", "1", "--duration", "1", "--warmup", "0.5", "--json", str(out), timeout=170,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert data["server"]["kind"] == "external"
+    median = data["scenarios"]["drain"]["results"]["thrust"]["median"]
+    assert median["consumed_per_s"] > 0 and median["client_us"] > 0
+    assert "server_us" not in median  # no --server-pids: the server's CPU is not known

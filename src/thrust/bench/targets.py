@@ -106,18 +106,28 @@ class ServerRun:
         self.group = group
         self.filled: dict[str, int] = collections.defaultdict(int)
         self.idle_cpu_pct: float | None = None
+        self.exclusive = True
+        """The topics hold only this run's backlog (False on an existing cluster, whose topics may hold
+        what earlier runs left)."""
 
-    def sample_idle(self, seconds: float = 1.0) -> None:
-        """The server's CPU % (of one core) over `seconds` before the client starts: its background
-        work (a real broker's timers and the revival of messages earlier runs left unacked), which the
-        server CPU per message of the window includes."""
-        before = self.cpu()
-        if before is None:
+    def sample_idle(self, *, quiet_pct: float = 15.0, max_wait: float = 20.0) -> None:
+        """Wait (1 s samples, at most `max_wait` s) until the server's CPU is under `quiet_pct` % of one
+        core, and keep the last sample as `idle_cpu_pct`: its background work right before the client
+        starts. A real broker keeps working for seconds after a backlog was sent (building its consume
+        queues, flushing) and revives the messages that earlier runs' clients left unacked; the server
+        CPU per message of the window includes whatever of that is left."""
+        if self.cpu() is None:
             return
-        time.sleep(seconds)
-        after = self.cpu()
-        if after is not None:
-            self.idle_cpu_pct = (after - before) / seconds * 100.0
+        deadline = time.monotonic() + max_wait
+        while True:
+            before, t0 = self.cpu(), time.monotonic()
+            time.sleep(1.0)
+            after, t1 = self.cpu(), time.monotonic()
+            if before is None or after is None:
+                return
+            self.idle_cpu_pct = (after - before) / (t1 - t0) * 100.0
+            if self.idle_cpu_pct < quiet_pct or t1 > deadline:
+                return
 
     @property
     def endpoint(self) -> str:
@@ -321,7 +331,9 @@ class ExternalTarget(Target):
     @contextlib.contextmanager
     def _run(self, spec: RunSpec, size: int) -> Iterator[ServerRun]:
         names = {t: sized_name(t, size) for t in spec.topics}
-        yield _RealRun(self.endpoint, names, GROUP, self.pids)
+        run = _RealRun(self.endpoint, names, GROUP, self.pids)
+        run.exclusive = False
+        yield run
 
 
 @contextlib.contextmanager

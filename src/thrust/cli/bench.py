@@ -13,6 +13,7 @@ import json
 import math
 import os
 import platform
+import signal
 import statistics
 import sys
 import time
@@ -302,6 +303,9 @@ def run(args: argparse.Namespace) -> int:
     errors: dict[tuple[str, str], str] = {}
     started = time.time()
     load_before = _loadavg()
+    # SIGTERM stops the bench like Ctrl-C: through the `finally` below, which stops a real server's JVMs
+    # (the default action would leave them running)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         target.start(lambda text: print(text, file=sys.stderr, flush=True))
     except Exception as exc:
