@@ -209,17 +209,19 @@ def test_bench_server_real_short(rocketmq: ClusterInfo, tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     env = {"THRUST_ROCKETMQ": json.dumps([json.loads(rocketmq.to_json())])}
     proc = _thrust(
-        "bench", "--server", "real", "--scenarios", "1,drain@1k,produce", "--client", "thrust,raw",
+        "bench", "--server", "real", "--scenarios", "1,drain@1k", "--client", "thrust,raw",
         "--repeat", "1", "--duration", "1", "--warmup", "0.5", "--json", str(out), timeout=230, env=env,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert re.search(r"using the local-mode RocketMQ of \$THRUST_ROCKETMQ", proc.stderr)
     data = json.loads(out.read_text())
     assert data["server"]["kind"] == "real"
-    for label in ("1", "drain@1k", "produce"):
+    # Two scenarios, not the three of the default real table: the shared cluster is busy with the other
+    # real tests, so each run waits up to 20 s for the broker to go quiet (`Target.sample_idle`).
+    for label in ("1", "drain@1k"):
         for client in ("thrust", "raw"):
             median = data["scenarios"][label]["results"][client]["median"]
-            assert median["produced_per_s" if label == "produce" else "consumed_per_s"] > 0, (label, client)
+            assert median["consumed_per_s"] > 0, (label, client)
             assert median["client_us"] > 0, (label, client)
             if rocketmq.control:  # the proxy's pid comes from `thrust cluster`'s control socket
                 assert median["server_us"] > 0, (label, client)

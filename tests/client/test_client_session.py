@@ -96,7 +96,10 @@ def test_telemetry_reestablished_and_server_settings_applied() -> None:
                 assert stream is not None and stream.opened == 1
                 killed = list(srv._sessions.get(session.client_id, ()))  # type: ignore[attr-defined]
                 assert _kill_streams(srv, session.client_id) == 1
-                await until(lambda: stream.opened >= 2 and _only_new_streams(srv, session.client_id, killed))
+                await until(
+                    lambda: stream.opened >= 2 and _only_new_streams(srv, session.client_id, killed),
+                    timeout=60,
+                )
                 # The server pushes new settings: every field is applied, durations with nanos.
                 settings = d.Settings()
                 settings.request_timeout.seconds, settings.request_timeout.nanos = 1, 500_000_000
@@ -113,7 +116,8 @@ def test_telemetry_reestablished_and_server_settings_applied() -> None:
                 )
                 # The re-established stream's own handshake answer may land first; wait for ours.
                 await until(
-                    lambda: session.settings_version != version and session.settings.request_timeout == 1.5
+                    lambda: session.settings_version != version and session.settings.request_timeout == 1.5,
+                    timeout=60,
                 )
                 eff = session.settings
                 assert eff.request_timeout == 1.5

@@ -351,6 +351,10 @@ def test_s12_blackholed_client_expired_and_its_fd_freed() -> None:
                             sent = await p.send(thrust.Message(topic="t", body=b"held"))
                         await asyncio.wait_for(stuck.wait(), 10)
                         await _until(lambda: srv.pending_polls("g") >= 1, 5, "the push consumer polls")
+                        # The closed producer's Telemetry stream ends on the server a moment after close().
+                        await _until(
+                            lambda: len(srv.connected_clients()) == 1, 10, "the producer's stream ended"
+                        )
                         [client_id] = srv.connected_clients()
                         # Only the proxied connection is left once the producer's closed one is gone.
                         await _until(
