@@ -70,7 +70,12 @@ def test_commit_rollback_and_orphan_check(server: Server, tmp_path: Path) -> Non
             assert producer.of("checks_done")[0]["complete"], producer.describe()
 
             checks = producer.of("check")
-            assert sorted(e["body"] for e in checks) == sorted(orphans), producer.describe()
+            checked = {e["body"] for e in checks}
+            assert set(orphans) <= checked, producer.describe()
+            # A real broker writes the op of an ended transaction in batches (`TransactionalOpBatchService`,
+            # every `transactionOpBatchInterval`, 3 s), so a check that runs first may ask about a
+            # transaction the producer already ended (docs/reliability.md, R6). Only those may be extra.
+            assert checked - set(orphans) <= {t["body"] for t in transactions}, producer.describe()
             for e in checks:
                 assert e["id"] == sent[e["body"]]["id"] and e["topic"] == topic
 
