@@ -58,6 +58,11 @@ RESTART_TIMEOUT = 400.0
 TEST_TIMEOUT = 900
 
 
+# P4 after a proxy restart: on a quiet machine the first send and deliveries come 1-9 s after the proxy is
+# ready (docs/reliability.md), but at a load average of 30 a send took 21 s (the reconnect backoff and the
+# overloaded proxy); 30 s is the bound R4 and the soak use (Java's own test allows 40 s).
+PROXY_RESTART_BOUND = 30.0
+
 # If the push group still misses messages this long after the load stopped, `_Load.finish` restarts its
 # consumer (see there): what a fault left popped for the live client comes back 1 s after it unregisters.
 PUSH_RESTART_AFTER = 20.0
@@ -459,7 +464,8 @@ def test_r2_r3_proxy_terminated_then_killed_sessions_recover_without_user_action
     on the same port. The clients are never touched: sends, the Telemetry sessions, the push consumer's
     long polls and the simple consumer's receives come back on their own after each. Nothing
     acknowledged is lost (P1; the brokers kept every message), duplicates are within the window (P2),
-    sends end within their bound (P3), and traffic is back within 15 s of each restart (P4)."""
+    sends end within their bound (P3), and traffic is back within 30 s of each restart (P4: the bound R4
+    and the soak use; the Java client's own test allows 40 s)."""
     names = _fresh(faulty)
     jvms = faulty.jvms
 
@@ -502,7 +508,7 @@ def test_r2_r3_proxy_terminated_then_killed_sessions_recover_without_user_action
                     )
                 )
             await load.finish()
-        reports = _judge(load, recovery_bound=15.0)
+        reports = _judge(load, recovery_bound=PROXY_RESTART_BOUND)
         worst = max(max(r.recovery_times, default=0.0) for r in reports.values())
         for label, values in figures:
             _figure(label, **values)
