@@ -14,14 +14,44 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 from thrust.bench.targets import self_cpu_seconds
 
-__all__ = ["Window", "raw_consume", "raw_produce"]
+__all__ = ["Window", "raw_consume", "raw_produce", "receive_and_ack"]
 
 Probe = Callable[[], None]
+
+
+async def receive_and_ack(
+    stub: Any, request: Any, metadata: Any, stop: asyncio.Event, acked: Callable[[int], None]
+) -> None:
+    """The bare consume loop of the raw rows (the bench's ceiling and the `raw` column): one
+    ReceiveMessage of `request`, read to the end of its stream, then one AckMessage of everything it
+    brought; `acked(n)` after each ack; until `stop` is set."""
+    from thrust._proto.apache.rocketmq.v2 import service_pb2 as spb
+
+    while not stop.is_set():
+        entries = []
+        async for response in stub.ReceiveMessage(request, metadata=metadata, timeout=10):
+            if response.WhichOneof("content") == "message":
+                m = response.message
+                entries.append(
+                    spb.AckMessageEntry(
+                        message_id=m.system_properties.message_id,
+                        receipt_handle=m.system_properties.receipt_handle,
+                    )
+                )
+        if entries:
+            await stub.AckMessage(
+                spb.AckMessageRequest(
+                    group=request.group, topic=request.message_queue.topic, entries=entries
+                ),
+                metadata=metadata,
+                timeout=10,
+            )
+            acked(len(entries))
 
 
 class Window:
@@ -117,8 +147,11 @@ async def raw_consume(
             if not queues:
                 raise RuntimeError(f"QueryAssignment gave no queue: {answer.status}")
 
-            async def loop(i: int) -> None:
+            def acked(n: int) -> None:
                 nonlocal received
+                received += n
+
+            def loop(i: int) -> Coroutine[Any, Any, None]:
                 request = spb.ReceiveMessageRequest(
                     group=group_pb,
                     message_queue=queues[i % len(queues)],
@@ -128,24 +161,7 @@ async def raw_consume(
                 )
                 request.invisible_duration.seconds = 30
                 request.long_polling_timeout.seconds = 5
-                while not stop.is_set():
-                    entries = []
-                    async for response in stub.ReceiveMessage(request, metadata=metadata, timeout=10):
-                        if response.WhichOneof("content") == "message":
-                            m = response.message
-                            entries.append(
-                                spb.AckMessageEntry(
-                                    message_id=m.system_properties.message_id,
-                                    receipt_handle=m.system_properties.receipt_handle,
-                                )
-                            )
-                    if entries:
-                        await stub.AckMessage(
-                            spb.AckMessageRequest(group=group_pb, topic=resource, entries=entries),
-                            metadata=metadata,
-                            timeout=10,
-                        )
-                        received += len(entries)
+                return receive_and_ack(stub, request, metadata, stop, acked)
 
             tasks = [asyncio.create_task(loop(i)) for i in range(loops)]
             try:

@@ -47,7 +47,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
-from thrust.bench.raw import Window, raw_consume, raw_produce
+from thrust.bench.raw import Window, raw_consume, raw_produce, receive_and_ack
 from thrust.bench.server import ControlServer
 from thrust.bench.targets import (
     GROUP,
@@ -1069,8 +1069,11 @@ async def _raw_grpc(ctx: Context) -> dict[str, float]:
         received = 0
         stop = asyncio.Event()
 
-        async def loop(i: int) -> None:
+        def acked(n: int) -> None:
             nonlocal received
+            received += n
+
+        def loop(i: int) -> Coroutine[Any, Any, None]:
             request = spb.ReceiveMessageRequest(
                 group=group,
                 message_queue=pb.MessageQueue(topic=resource, id=-1, broker=pb.Broker(name=brokers[i % 4])),
@@ -1080,24 +1083,7 @@ async def _raw_grpc(ctx: Context) -> dict[str, float]:
             )
             request.invisible_duration.seconds = 30
             request.long_polling_timeout.seconds = 5
-            while not stop.is_set():
-                entries = []
-                async for response in stub.ReceiveMessage(request, metadata=metadata, timeout=10):
-                    if response.WhichOneof("content") == "message":
-                        m = response.message
-                        entries.append(
-                            spb.AckMessageEntry(
-                                message_id=m.system_properties.message_id,
-                                receipt_handle=m.system_properties.receipt_handle,
-                            )
-                        )
-                if entries:
-                    await stub.AckMessage(
-                        spb.AckMessageRequest(group=group, topic=resource, entries=entries),
-                        metadata=metadata,
-                        timeout=10,
-                    )
-                    received += len(entries)
+            return receive_and_ack(stub, request, metadata, stop, acked)
 
         tasks = [asyncio.create_task(loop(i)) for i in range(loops)]
         await asyncio.sleep(ctx.warmup + 0.5)
