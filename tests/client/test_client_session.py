@@ -31,6 +31,7 @@ def _only_new_streams(srv: object, client_id: str, killed: list[object]) -> bool
     return bool(sessions) and not any(s in killed for s in sessions)
 
 
+@pytest.mark.slow
 def test_invisible_duration_expiry_redelivers_and_old_handle_is_refused() -> None:
     async def scenario() -> None:
         async with embedded_server(topics=["t"], groups=["g"]) as srv:
@@ -153,6 +154,7 @@ def test_telemetry_commands_answered() -> None:
     run(scenario)
 
 
+@pytest.mark.slow
 def test_slow_new_broker_does_not_delay_sends_to_a_healthy_one() -> None:
     """Broker 1 holds its Settings answer 5 s (below the 6 s a client waits for it): start returns while
     that answer is still held, and sends go on to broker 0, each finishing before broker 1's session is
