@@ -29,7 +29,7 @@ def _receive_until(
 def test_sync_producer_send_batch_recall_and_rollbacks(engine: Engine) -> None:
     normal, delay, tx = engine.topic(), engine.topic("DELAY"), engine.topic("TRANSACTION")
     group = engine.group()
-    invisible = engine.min_invisible + 5
+    invisible = engine.min_invisible + 20  # far longer than a round of receives: no redelivery meanwhile
     with thrust.sync.Producer(endpoints=engine.endpoint, topics=[normal, delay, tx]) as p:
         batch = p.send_batch([thrust.Message(topic=normal, body=b"batch-%d" % i) for i in range(4)])
         assert len({r.message_id for r in batch}) == 4
@@ -72,7 +72,7 @@ def test_sync_producer_send_batch_recall_and_rollbacks(engine: Engine) -> None:
 @pytest.mark.slow
 def test_sync_consumer_subscribe_ack_many_change_invisible_duration_and_unsubscribe(engine: Engine) -> None:
     a, b, group = engine.topic(), engine.topic(), engine.group()
-    invisible = engine.min_invisible + 5
+    invisible = engine.min_invisible + 20  # far longer than a round of receives: no redelivery meanwhile
     with thrust.sync.Producer(endpoints=engine.endpoint, topics=[a, b]) as p:
         for i in range(3):
             p.send(thrust.Message(topic=a, body=b"a-%d" % i))
