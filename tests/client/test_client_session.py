@@ -96,10 +96,17 @@ def test_telemetry_reestablished_and_server_settings_applied() -> None:
                 stream = session.telemetry(ep)
                 assert stream is not None and stream.opened == 1
                 killed = list(srv._sessions.get(session.client_id, ()))  # type: ignore[attr-defined]
+                answered = session.settings_version
                 assert _kill_streams(srv, session.client_id) == 1
+                # Re-established, and the new stream's own handshake answer is in: pushed before it, our
+                # settings would be overwritten by that answer when it lands after them (1 run in 10).
                 await until(
-                    lambda: stream.opened >= 2 and _only_new_streams(srv, session.client_id, killed),
-                    timeout=60,
+                    lambda: (
+                        stream.opened >= 2
+                        and _only_new_streams(srv, session.client_id, killed)
+                        and session.settings_version > answered
+                    ),
+                    timeout=40,
                 )
                 # The server pushes new settings: every field is applied, durations with nanos.
                 settings = d.Settings()
@@ -115,10 +122,9 @@ def test_telemetry_reestablished_and_server_settings_applied() -> None:
                 assert srv.send_command(
                     session.client_id, s.TelemetryCommand(status=d.Status(code=d.OK), settings=settings)
                 )
-                # The re-established stream's own handshake answer may land first; wait for ours.
                 await until(
                     lambda: session.settings_version != version and session.settings.request_timeout == 1.5,
-                    timeout=60,
+                    timeout=40,
                 )
                 eff = session.settings
                 assert eff.request_timeout == 1.5

@@ -68,6 +68,7 @@ def test_seed1_acks_are_batched_and_consumption_never_waits_for_them() -> None:
     run(main())
 
 
+@pytest.mark.slow
 def test_seed2_plain_listener_runs_on_its_own_pool_and_the_loop_stays_free() -> None:
     """Item 2: a listener blocking 10 ms runs on `consumption_thread_count` threads (never the loop's), all of
     them busy at once; an unrelated 10 ms timer on the client's loop keeps ticking while listeners run."""
@@ -174,6 +175,7 @@ def test_seed3_a_broker_slow_to_answer_settings_does_not_stall_the_healthy_one()
     run(main())
 
 
+@pytest.mark.slow
 def test_seed4_failed_acks_retry_per_entry_and_invalid_handles_are_dropped_at_once() -> None:
     """Item 4: 400 messages, the first ack of each fails once, 4 receipt handles are invalid: the 396 valid
     acks complete, each invalid handle is attempted exactly once, nothing waits behind anything."""
