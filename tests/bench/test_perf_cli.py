@@ -177,6 +177,7 @@ def test_perf_rejects_a_batch_size_below_one() -> None:
     raise AssertionError("--batch-max-messages 0 was accepted")
 
 
+@pytest.mark.slow
 def test_perf_produce_with_the_producers_linger_batch_counts_every_message(tmp_path: Path) -> None:
     out_json = tmp_path / "perf.json"
     proc = subprocess.run(

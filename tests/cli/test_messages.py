@@ -111,6 +111,7 @@ def test_fifo_group_and_sql_filter_and_no_ack(engine: Engine, capsys: pytest.Cap
     assert again["message_id"] == first["message_id"] and again["delivery_attempt"] == 2
 
 
+@pytest.mark.slow
 def test_bad_input_and_an_unreachable_server_end_in_one_line(tmp_path: Path) -> None:
     """Run as a user would (the console script): a bad flag is a usage error (2), a refused or
     unreachable server is one line naming the error type (1), never a traceback."""

@@ -51,7 +51,14 @@ def _run(script: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize("script", sorted(set(SCRIPTS) - {"tls_credentials.py"}))
+@pytest.mark.parametrize(
+    "script",
+    # delay.py waits for its delivery time: the one example over a few seconds.
+    [
+        pytest.param(s, marks=pytest.mark.slow) if s == "delay.py" else s
+        for s in sorted(set(SCRIPTS) - {"tls_credentials.py"})
+    ],
+)
 def test_example(engine: Engine, script: str) -> None:
     kind, fifo = SCRIPTS[script]
     env = {
