@@ -26,7 +26,7 @@ def _resources(message: ProtoMessage) -> list[ProtoMessage]:
     for field, value in message.ListFields():
         if field.message_type is None:
             continue
-        values = value if field.is_repeated else [value]
+        values = [value] if isinstance(value, ProtoMessage) else list(value)  # one, repeated, or a map's keys
         for item in values:
             if not isinstance(item, ProtoMessage):
                 continue  # a map of scalars
