@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run demo test lint typecheck layers pytest compat faults cluster proto clean
+.PHONY: run demo test test-fast lint typecheck layers pytest compat faults cluster proto clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -42,9 +42,17 @@ layers: $(STAMP)
 #    Then, on the same clusters, the tests marked `realfaults` (tests/reliability/test_real_cluster.py:
 #    R1-R3 kill and restart the two-broker cluster's JVMs through `thrust cluster`'s control socket), alone,
 #    since nothing else may use a cluster whose proxy is down. Both run even if the first fails.
+# Phase 1 measures branch coverage of thrust in the test processes (pytest-cov, xdist workers combined;
+# code run in child processes, such as `thrust serve` or the CLI, is not counted) and fails below
+# COV_FLOOR: 76.70 % measured (1,464 tests, on top of 0120547), rounded down. `-p no:thrust` keeps the
+# package's own pytest plugin (the `thrust_server` fixture, which the suite uses only in child pytest
+# processes) from importing thrust before coverage starts, which would leave every module's top level
+# unmeasured. `--cov-report=term:skip-covered` lists the figure file by file.
 REAL_PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
+COV_FLOOR := 76
 pytest: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n 4 -m "not real and not realfaults"
+	$(BIN)/python -m pytest -q -p no:cacheprovider -p no:thrust -n 4 -m "not real and not realfaults" \
+	  --cov=thrust --cov-branch --cov-report= --cov-fail-under=$(COV_FLOOR)
 	$(BIN)/thrust cluster --mode both --exec sh -c \
 	  '$(REAL_PYTEST) -n 4 -m real; a=$$?; $(REAL_PYTEST) -m realfaults tests/reliability; b=$$?; [ $$a -eq 0 ] && [ $$b -eq 0 ]'
 
@@ -64,6 +72,12 @@ compat: $(STAMP)
 	$(BIN)/python scripts/compat.py
 
 test: lint typecheck layers pytest compat
+
+# The quick loop: the unit and in-process tests, without those marked slow (long waits, child processes),
+# interop (the official client) or real/realfaults (a real RocketMQ). About a minute on two quiet cores;
+# `make test` still runs everything.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 4 -m "not slow and not interop and not real and not realfaults"
 
 # Regenerate the protobuf/gRPC modules from src/thrust/_proto/apache/rocketmq/v2/*.proto.
 proto: $(STAMP)

@@ -65,6 +65,7 @@ def _check_rows(proc: subprocess.CompletedProcess[str], data: dict, ids: list[st
 BENCH_TIMEOUT = 240
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(BENCH_TIMEOUT + 30)
 def test_bench_thrust_ceilings_and_scenarios_1_2_short(tmp_path: Path) -> None:
     ids = ["ceiling", "server", "1", "2"]
@@ -79,6 +80,7 @@ def test_bench_thrust_ceilings_and_scenarios_1_2_short(tmp_path: Path) -> None:
     assert medians["1"]["consumed_per_s"] > 0 and medians["1"]["acked_per_s"] > 0
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(BENCH_TIMEOUT + 30)
 def test_bench_thrust_consume_scenarios_short(tmp_path: Path) -> None:
     ids = ["2'", "4", "5b", "7"]
@@ -92,6 +94,7 @@ def test_bench_thrust_consume_scenarios_short(tmp_path: Path) -> None:
     assert medians["7a"]["ack_rpcs_per_msg"] > medians["7b"]["ack_rpcs_per_msg"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(BENCH_TIMEOUT + 30)
 def test_bench_thrust_slow_broker_and_assignment_move_short(tmp_path: Path) -> None:
     ids = ["3", "5a", "6"]

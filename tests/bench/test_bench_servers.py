@@ -141,6 +141,7 @@ def test_perf_server_options() -> None:
 # -- short runs on the embedded server ----------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_bench_raw_column_sizes_and_cpu_per_message(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
     proc = _thrust(

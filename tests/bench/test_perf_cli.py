@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from thrust.bench.stats import Recorder, format_interval, format_summary
 from thrust.cli.main import build_parser
 
@@ -24,6 +26,7 @@ def _env() -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=str(REPO / "src"))
 
 
+@pytest.mark.slow
 def test_perf_e2e_bounded_count_adds_up(tmp_path: Path) -> None:
     out_json = tmp_path / "perf.json"
     out_png = tmp_path / "perf.png"
@@ -53,6 +56,7 @@ def test_perf_e2e_bounded_count_adds_up(tmp_path: Path) -> None:
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_perf_ctrl_c_prints_summary(tmp_path: Path) -> None:
     out_json = tmp_path / "perf.json"
     proc = subprocess.Popen(
@@ -120,6 +124,7 @@ def test_recorder_lines_and_summary() -> None:
     json.dumps(summary.to_json())
 
 
+@pytest.mark.slow
 def test_perf_e2e_with_producer_batching_adds_up(tmp_path: Path) -> None:
     out_json = tmp_path / "perf.json"
     proc = subprocess.run(
@@ -144,6 +149,7 @@ def test_perf_e2e_with_producer_batching_adds_up(tmp_path: Path) -> None:
     assert "send_calls" in proc.stdout
 
 
+@pytest.mark.slow
 def test_perf_produce_batching_full_rate_counts_every_message(tmp_path: Path) -> None:
     out_json = tmp_path / "perf.json"
     proc = subprocess.run(
@@ -171,6 +177,7 @@ def test_perf_rejects_a_batch_size_below_one() -> None:
     raise AssertionError("--batch-max-messages 0 was accepted")
 
 
+@pytest.mark.slow
 def test_perf_produce_with_the_producers_linger_batch_counts_every_message(tmp_path: Path) -> None:
     out_json = tmp_path / "perf.json"
     proc = subprocess.run(

@@ -59,6 +59,7 @@ def test_plot_data_has_a_gap_for_the_interval_without_samples() -> None:
         assert math.isnan(ys[1]), label
 
 
+@pytest.mark.slow
 def test_plot_hands_matplotlib_nan_for_the_gap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The lines `plot` draws on the latency axis carry NaN where the interval had no sample."""
     from matplotlib.axes import Axes

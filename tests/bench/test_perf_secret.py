@@ -8,12 +8,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from thrust.cli.main import build_parser
 
 REPO = Path(__file__).resolve().parents[2]
 SECRET = "s3cret-DO-NOT-PRINT-7f3a"
 
 
+@pytest.mark.slow
 def test_perf_json_and_output_do_not_contain_the_secret_key(tmp_path: Path) -> None:
     out_json = tmp_path / "perf.json"
     # Against the embedded server started with these credentials: the run signs every request.

@@ -7,12 +7,15 @@ import asyncio
 import threading
 import time
 
+import pytest
+
 import thrust
 from tests.client._util import run
 from tests.engines import Engine
 from tests.push._util import until
 
 
+@pytest.mark.slow
 def test_fifo_local_retries_count_delivery_attempts(engine: Engine) -> None:
     topic, group = engine.topic("FIFO"), engine.group(fifo=True, max_attempts=6)
 
@@ -38,6 +41,7 @@ def test_fifo_local_retries_count_delivery_attempts(engine: Engine) -> None:
     run(main)
 
 
+@pytest.mark.slow
 def test_close_cancels_a_pending_long_poll_at_once(engine: Engine) -> None:
     topic, group = engine.topic(), engine.group()
 
@@ -96,6 +100,7 @@ def test_a_backlog_on_two_brokers_drains_without_empty_receives(engine2: Engine)
     run(scenario)
 
 
+@pytest.mark.slow
 def test_keepalive_pings_faster_than_the_proxy_permits_get_goaway_and_the_default_does_not(
     engine: Engine,
 ) -> None:

@@ -7,6 +7,8 @@ import asyncio
 import threading
 import time
 
+import pytest
+
 import thrust
 import thrust.sync
 from tests.both.test_roundtrip import dead_letter_consumer
@@ -100,6 +102,7 @@ def test_push_fifo_keeps_order_per_group_with_a_local_retry(engine: Engine) -> N
     run(main())
 
 
+@pytest.mark.slow
 def test_push_failures_are_retried_then_dead_lettered(engine: Engine) -> None:
     topic, group = engine.topic(), engine.group(max_attempts=2)
     dlq_group = engine.group()

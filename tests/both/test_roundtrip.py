@@ -113,6 +113,7 @@ def test_fifo_order_per_message_group(engine: Engine) -> None:
     run(scenario)
 
 
+@pytest.mark.slow
 def test_fifo_group_waits_for_its_unacked_head(engine: Engine) -> None:
     """A FIFO group's next message is not delivered while its head is received and not acked."""
     topic, group = engine.topic("FIFO"), engine.group(fifo=True)
@@ -138,6 +139,7 @@ def test_fifo_group_waits_for_its_unacked_head(engine: Engine) -> None:
     run(scenario)
 
 
+@pytest.mark.slow
 def test_delay_is_delivered_at_its_time_and_recall_cancels_one(engine: Engine) -> None:
     topic, group = engine.topic("DELAY"), engine.group()
 
@@ -165,6 +167,7 @@ def test_delay_is_delivered_at_its_time_and_recall_cancels_one(engine: Engine) -
     run(scenario)
 
 
+@pytest.mark.slow
 def test_transaction_commit_rollback_and_orphan_resolved_by_the_checker(engine: Engine) -> None:
     topic, group = engine.topic("TRANSACTION"), engine.group()
     asked: list[str] = []
@@ -217,6 +220,7 @@ def test_transaction_commit_rollback_and_orphan_resolved_by_the_checker(engine: 
     run(scenario, timeout=90)
 
 
+@pytest.mark.slow
 def test_tag_and_sql92_filters(engine: Engine) -> None:
     topic, by_tag, by_sql = engine.topic(), engine.group(), engine.group()
 
@@ -241,6 +245,7 @@ def test_tag_and_sql92_filters(engine: Engine) -> None:
     run(scenario)
 
 
+@pytest.mark.slow
 def test_ack_many_and_a_second_ack_of_the_same_handle(engine: Engine) -> None:
     topic, group = engine.topic(), engine.group()
 
@@ -258,6 +263,7 @@ def test_ack_many_and_a_second_ack_of_the_same_handle(engine: Engine) -> None:
     run(scenario)
 
 
+@pytest.mark.slow
 def test_change_invisible_duration_brings_a_message_back_with_the_next_attempt(engine: Engine) -> None:
     topic, group = engine.topic(), engine.group()
 
@@ -280,6 +286,7 @@ def test_change_invisible_duration_brings_a_message_back_with_the_next_attempt(e
     run(scenario)
 
 
+@pytest.mark.slow
 def test_nacked_until_max_attempts_then_the_dead_letter_queue(engine: Engine) -> None:
     topic, group = engine.topic(), engine.group(max_attempts=2)
     dlq_group = engine.group()

@@ -23,6 +23,7 @@ async def _bodies_until(c: thrust.SimpleConsumer, want: set[bytes], invisible: f
     return got
 
 
+@pytest.mark.slow
 def test_subscribe_adds_a_topic_with_its_filter_and_unsubscribe_stops_it(engine: Engine) -> None:
     a, b, group = engine.topic(), engine.topic(), engine.group()
     invisible = engine.min_invisible + 5
@@ -74,6 +75,7 @@ def test_subscribe_adds_a_topic_with_its_filter_and_unsubscribe_stops_it(engine:
     run(scenario, timeout=80)
 
 
+@pytest.mark.slow
 def test_messages_yields_with_its_options_and_ends_when_the_consumer_closes(engine: Engine) -> None:
     topic, group = engine.topic(), engine.group()
     invisible = engine.min_invisible + 5

@@ -25,6 +25,7 @@ def _receive_until(
     return got
 
 
+@pytest.mark.slow
 def test_sync_producer_send_batch_recall_and_rollbacks(engine: Engine) -> None:
     normal, delay, tx = engine.topic(), engine.topic("DELAY"), engine.topic("TRANSACTION")
     group = engine.group()
@@ -68,6 +69,7 @@ def test_sync_producer_send_batch_recall_and_rollbacks(engine: Engine) -> None:
         assert sorted(m.body for m in got if m.body not in want) == []
 
 
+@pytest.mark.slow
 def test_sync_consumer_subscribe_ack_many_change_invisible_duration_and_unsubscribe(engine: Engine) -> None:
     a, b, group = engine.topic(), engine.topic(), engine.group()
     invisible = engine.min_invisible + 20  # far longer than a round of receives: no redelivery meanwhile

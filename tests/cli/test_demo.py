@@ -5,7 +5,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.slow
 def test_demo_accounts_for_every_message() -> None:
     out = subprocess.run(
         [sys.executable, "-m", "thrust.cli.demo", "--count", "200"],

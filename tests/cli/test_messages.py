@@ -29,6 +29,7 @@ def _consume(engine: Engine, capsys: pytest.CaptureFixture[str], *extra: str) ->
     return [json.loads(line) for line in out.out.splitlines()]
 
 
+@pytest.mark.slow
 def test_send_with_every_option_then_consume_prints_every_field(
     engine: Engine, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -92,6 +93,7 @@ def test_lines_from_stdin_one_message_each_and_a_tag_filter(
     assert b["body_encoding"] == "base64" and b["body"] == "/wBiaW5hcnk="
 
 
+@pytest.mark.slow
 def test_fifo_group_and_sql_filter_and_no_ack(engine: Engine, capsys: pytest.CaptureFixture[str]) -> None:
     topic, group = engine.topic("FIFO"), engine.group(fifo=True)
     for i in range(3):
@@ -109,6 +111,7 @@ def test_fifo_group_and_sql_filter_and_no_ack(engine: Engine, capsys: pytest.Cap
     assert again["message_id"] == first["message_id"] and again["delivery_attempt"] == 2
 
 
+@pytest.mark.slow
 def test_bad_input_and_an_unreachable_server_end_in_one_line(tmp_path: Path) -> None:
     """Run as a user would (the console script): a bad flag is a usage error (2), a refused or
     unreachable server is one line naming the error type (1), never a traceback."""

@@ -28,6 +28,7 @@ async def _send_until_ok(p: thrust.Producer, budget: float) -> float:
             assert time.monotonic() - started < budget, "the dead connection was not replaced in time"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("keepalive", "budget"),
     [

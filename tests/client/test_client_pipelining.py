@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 import thrust
 from tests.client._util import run
 from thrust.testing import embedded_server
 
 
+@pytest.mark.slow
 def test_5000_pipelined_sends_with_a_window_of_1024_all_get_receipts() -> None:
     """gRPC core's server backlog protection used to cancel calls the asyncio server had not picked up yet
     once ~1000 were queued: sends failed with CANCELLED at about 1024 in flight.

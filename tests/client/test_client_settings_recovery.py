@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 import thrust
 from thrust._core.backoff import RECONNECT_BACKOFF, Backoff
 from thrust.testing import embedded_server
@@ -20,6 +22,7 @@ def test_telemetry_reconnect_backoff_is_capped_at_javas_1s() -> None:
     assert delays[0] <= 0.1 and max(delays) == 1.0 and delays[-1] == 1.0
 
 
+@pytest.mark.slow
 def test_settings_forgotten_by_the_server_come_back_after_the_next_heartbeat() -> None:
     async def scenario() -> None:
         async with (

@@ -18,6 +18,7 @@ def test_receive_deadline_covers_the_proxys_minimum_poll() -> None:
     assert receive_deadline(20.0, 3.0) == 23.0
 
 
+@pytest.mark.slow
 def test_short_await_duration_receives_instead_of_illegal_polling_time() -> None:
     async def scenario() -> None:
         async with embedded_server(topics=["t"], groups=["g"]) as srv:

@@ -85,6 +85,7 @@ with thrust.sync.Producer(endpoints=sys.argv[1], topics=["st"]) as p:
 """
 
 
+@pytest.mark.slow
 def test_client_used_in_forked_child_raises(server: ServerProcess) -> None:
     # In a fresh interpreter: fork() from the pytest process, where other tests left gRPC threads of
     # their own, would test the suite's state rather than thrust's. Repeated, because the crash that

@@ -51,6 +51,7 @@ def test_end_transaction_refusal_is_not_retried() -> None:
     run(scenario)
 
 
+@pytest.mark.slow
 def test_a_rolled_back_message_stays_undelivered_even_when_a_check_would_commit_it() -> None:
     """ROLLBACK is final: the half message is dropped at once. The server checks prepared transactions after
     1 s here and the checker would COMMIT anything it is asked about, so a rollback that was not applied

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 import thrust
 from tests.client._util import run
 from thrust._codec import convert
@@ -32,6 +34,7 @@ def _request(consumer: thrust.SimpleConsumer, batch: int) -> tuple[Any, Any]:
     return queue.endpoint, request
 
 
+@pytest.mark.slow
 def test_streamed_receive_hands_each_message_over_in_order() -> None:
     async def scenario() -> None:
         async with embedded_server(topics=["t:1"], groups=["g"]) as srv:

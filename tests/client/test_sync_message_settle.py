@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 import thrust
 import thrust.sync
 from tests.engines import Engine
 
 
+@pytest.mark.slow
 def test_sync_msg_ack_is_not_redelivered_and_change_invisible_duration_applies(
     embedded_engine: Engine,
 ) -> None:

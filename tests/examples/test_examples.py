@@ -51,7 +51,14 @@ def _run(script: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize("script", sorted(set(SCRIPTS) - {"tls_credentials.py"}))
+@pytest.mark.parametrize(
+    "script",
+    # delay.py waits for its delivery time: the one example over a few seconds.
+    [
+        pytest.param(s, marks=pytest.mark.slow) if s == "delay.py" else s
+        for s in sorted(set(SCRIPTS) - {"tls_credentials.py"})
+    ],
+)
 def test_example(engine: Engine, script: str) -> None:
     kind, fifo = SCRIPTS[script]
     env = {
@@ -64,6 +71,7 @@ def test_example(engine: Engine, script: str) -> None:
     assert done.stdout.strip(), "the example printed nothing"
 
 
+@pytest.mark.slow
 def test_tls_credentials_example_against_a_tls_server_with_authentication(tmp_path: Path) -> None:
     """The embedded server with TLS and AK/SK (the real proxy of the suite runs without ACLs, so it would
     accept any signature): the example connects, signs, and sends; a wrong secret is refused."""
@@ -99,6 +107,7 @@ def test_tls_credentials_example_against_the_real_proxy_over_tls(rocketmq: Clust
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+@pytest.mark.slow
 def test_pytest_example_runs_with_the_plugin() -> None:
     done = subprocess.run(
         [

@@ -241,6 +241,7 @@ def test_flow_control_bounds_the_cache_under_a_slow_listener_without_polling() -
     run(main())
 
 
+@pytest.mark.slow
 def test_shutdown_under_load_is_bounded_loses_no_ack_and_leaves_nothing_running() -> None:
     async def main() -> None:
         async with embedded_server(topics=["t:2"], groups=["g"]) as srv:

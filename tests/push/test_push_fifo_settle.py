@@ -151,6 +151,7 @@ def test_fifo_forward_answered_invalid_receipt_handle_releases_the_group() -> No
     run(main())
 
 
+@pytest.mark.slow
 def test_close_with_a_forward_still_failing_is_bounded_and_the_poison_comes_back_first(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

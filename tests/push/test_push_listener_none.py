@@ -13,6 +13,7 @@ from tests.engines import Engine
 from tests.push._util import run, send_all, until
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["plain", "async"])
 def test_a_listener_returning_none_acks(embedded_engine: Engine, kind: str) -> None:
     engine = embedded_engine

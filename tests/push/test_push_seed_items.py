@@ -12,6 +12,8 @@ import asyncio
 import threading
 import time
 
+import pytest
+
 from tests.push._util import ready, run, send_all, until
 from thrust.message import ConsumeResult, Message, ReceivedMessage
 from thrust.producer import Producer
@@ -19,6 +21,7 @@ from thrust.push_consumer import PushConsumer
 from thrust.testing import embedded_server
 
 
+@pytest.mark.slow
 def test_seed1_acks_are_batched_and_consumption_never_waits_for_them() -> None:
     """Item 1: with a 2 s ack round trip, 160 cached messages are all consumed before the first ack returns
     (a listener waiting for its ack would have consumed 2, one per thread); acks go out as a few
@@ -65,6 +68,7 @@ def test_seed1_acks_are_batched_and_consumption_never_waits_for_them() -> None:
     run(main())
 
 
+@pytest.mark.slow
 def test_seed2_plain_listener_runs_on_its_own_pool_and_the_loop_stays_free() -> None:
     """Item 2: a listener blocking 10 ms runs on `consumption_thread_count` threads (never the loop's), all of
     them busy at once; an unrelated 10 ms timer on the client's loop keeps ticking while listeners run."""
@@ -129,6 +133,7 @@ def test_seed2_plain_listener_runs_on_its_own_pool_and_the_loop_stays_free() -> 
     run(main())
 
 
+@pytest.mark.slow
 def test_seed3_a_broker_slow_to_answer_settings_does_not_stall_the_healthy_one() -> None:
     """Item 3: broker 1 answers Settings only after 5 s; consumption from broker 0 goes on meanwhile (before
     the consumer made a single call of broker 1's), and broker 1's messages are consumed once its session
@@ -170,6 +175,7 @@ def test_seed3_a_broker_slow_to_answer_settings_does_not_stall_the_healthy_one()
     run(main())
 
 
+@pytest.mark.slow
 def test_seed4_failed_acks_retry_per_entry_and_invalid_handles_are_dropped_at_once() -> None:
     """Item 4: 400 messages, the first ack of each fails once, 4 receipt handles are invalid: the 396 valid
     acks complete, each invalid handle is attempted exactly once, nothing waits behind anything."""
@@ -256,6 +262,7 @@ def test_seed5a_a_new_queue_starts_at_once_while_a_dropped_queue_sits_in_a_long_
     run(main())
 
 
+@pytest.mark.slow
 def test_seed5b_a_topics_scan_never_touches_another_topics_queues() -> None:
     """Item 5b: topics a and b scanned every 0.1 s; no queue is ever dropped or recreated, and both topics
     are consumed completely."""

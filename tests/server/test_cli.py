@@ -15,6 +15,7 @@ from thrust.cli.main import build_parser
 from thrust.testing import ServerProcess
 
 
+@pytest.mark.slow
 def test_serve_prints_listening_lines_and_exits_cleanly_on_sigterm() -> None:
     with ServerProcess(
         ["--topic", "orders:2:FIFO", "--group", "g:fifo"], brokers=3, auto_create=False
@@ -35,6 +36,7 @@ def test_serve_prints_listening_lines_and_exits_cleanly_on_sigterm() -> None:
         assert "stopping" in log
 
 
+@pytest.mark.slow
 def test_server_process_kill_stop_cont_restart() -> None:
     with ServerProcess(["--auto-create"]) as proc:
         port = proc.ports[0]
@@ -60,6 +62,7 @@ def test_server_process_kill_stop_cont_restart() -> None:
         assert run(alive()) == Code.OK
 
 
+@pytest.mark.slow
 def test_serve_help_mentions_memory_only_and_refuses_remote_without_auth() -> None:
     parser = build_parser()
     help_text = parser._subparsers._group_actions[0].choices["serve"].format_help()  # type: ignore[union-attr]
@@ -75,6 +78,7 @@ def test_serve_help_mentions_memory_only_and_refuses_remote_without_auth() -> No
     assert "listening on" not in result.stdout
 
 
+@pytest.mark.slow
 def test_server_process_that_fails_to_start_leaves_nothing_open() -> None:
     """A bad `thrust serve` argument: the constructor raises and closes its log file and temp folder
     (an unclosed file would surface as a ResourceWarning, an error under this suite's settings)."""

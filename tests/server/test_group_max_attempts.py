@@ -46,6 +46,7 @@ def test_group_spec_errors_say_what_is_wrong(spec: str, message: str) -> None:
     assert repr(spec) in str(info.value)
 
 
+@pytest.mark.slow
 def test_serve_refuses_a_bad_max_attempts_before_binding() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "thrust.cli.main", "serve", "--port", "0", "--group", "g:max-attempts=x"],
@@ -107,6 +108,7 @@ def test_embedded_server_group_with_max_attempts_2_dead_letters_after_two_nacks(
     run(scenario)
 
 
+@pytest.mark.slow
 def test_server_process_group_with_max_attempts_2_dead_letters_after_two_nacks() -> None:
     # Through the child's command line: `thrust serve --topic t --group g:max-attempts=2`.
     with ServerProcess(topics=["t"], groups=["g:max-attempts=2"]) as proc:

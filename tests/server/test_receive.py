@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 from tests.server._wire import Wire, handles, message, messages_of, run, status_of
 from thrust._codec.status import Code
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as d
@@ -40,6 +42,7 @@ def test_long_poll_returns_early_when_a_message_arrives() -> None:
     run(scenario())
 
 
+@pytest.mark.slow
 def test_empty_long_poll_times_out_with_message_not_found() -> None:
     async def scenario() -> None:
         async with embedded_server(topics=["t"], groups=["g"]) as srv, Wire(srv.endpoints[0]) as w:

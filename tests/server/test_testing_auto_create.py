@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tests.server._wire import Wire, run
 from thrust._codec.status import Code
 from thrust.testing import ServerProcess, embedded_server
@@ -30,12 +32,14 @@ def test_embedded_server_auto_create_false_answers_topic_not_found() -> None:
     assert run(scenario()) == (Code.TOPIC_NOT_FOUND, Code.OK)
 
 
+@pytest.mark.slow
 def test_server_process_creates_unknown_topics_by_default() -> None:
     with ServerProcess(topics=["known"]) as proc:
         assert run(_route_codes(proc.endpoints[0])) == (Code.OK, Code.OK)
         assert "--auto-create" in proc.command()
 
 
+@pytest.mark.slow
 def test_server_process_auto_create_false_answers_topic_not_found() -> None:
     with ServerProcess(topics=["known"], auto_create=False) as proc:
         assert run(_route_codes(proc.endpoints[0])) == (Code.TOPIC_NOT_FOUND, Code.OK)

@@ -17,6 +17,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 THIS = Path(__file__).resolve()
 SCANNED_DIRS = ("src", "tests", "docs", "scripts")
@@ -198,6 +200,7 @@ def find_bad_citations() -> list[str]:
     return found
 
 
+@pytest.mark.slow
 def test_every_citation_points_inside_the_repository_or_upstream() -> None:
     found = find_bad_citations()
     assert not found, f"{len(found)} citation(s) that cannot be followed:\n" + "\n".join(found)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 _SCRIPT = """
 import sys
 import thrust
@@ -18,6 +20,7 @@ print("ok")
 """
 
 
+@pytest.mark.slow
 def test_thrust_sync_is_reachable_after_import_thrust_and_lazy() -> None:
     done = subprocess.run([sys.executable, "-c", _SCRIPT], capture_output=True, text=True, timeout=50)
     assert done.returncode == 0, done.stderr

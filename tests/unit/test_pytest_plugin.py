@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 APP_TESTS = """
 import asyncio
 
@@ -50,6 +52,7 @@ def test_marker_options_and_faults(thrust_server):
 """
 
 
+@pytest.mark.slow
 def test_thrust_server_fixture_from_the_installed_plugin(tmp_path: Path) -> None:
     (tmp_path / "test_app.py").write_text(APP_TESTS)
     done = subprocess.run(
