@@ -323,7 +323,6 @@ class ExternalTarget(Target):
         self.endpoint = endpoint
         self.pids = list(pids)
         self.title = f"the cluster at {endpoint}"
-        self.size = 64
 
     def run(self, spec: RunSpec, size: int) -> contextlib.AbstractContextManager[ServerRun]:
         return self._run(spec, size)
@@ -431,12 +430,3 @@ async def latency_front(run: ServerRun, one_way: float) -> AsyncIterator[str]:
         for proxy in proxies:
             with contextlib.suppress(Exception):
                 await proxy.aclose()
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float, step: float = 0.01) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(step)
-    return True

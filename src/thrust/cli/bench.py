@@ -1,5 +1,6 @@
 """`thrust bench`: named scenarios (docs/benchmarks.md#scenarios) on the embedded server with fault and
-latency injection; thrust and/or the official Python client; a markdown table and `--json`.
+latency injection, or on a real RocketMQ; thrust beside the official Python client, the Java client and
+raw gRPC stubs, with client and server CPU per message; a markdown table and `--json`.
 
 Each cell is the median of `--repeat` runs. Runs are interleaved (run 1 of every scenario and client,
 then run 2, ...) so that a drift of the shared machine hits every cell alike.
