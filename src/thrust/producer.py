@@ -464,7 +464,9 @@ class Producer:
             route, attempts, isolation, time.monotonic(), prepared.message_group
         )
         if not candidates:
-            raise errors.NotFoundError(f"topic {prepared.topic!r} has no writable queue", code=Code.FORBIDDEN)
+            raise errors.ForbiddenError(
+                f"topic {prepared.topic!r} has no writable queue", code=Code.FORBIDDEN
+            )
         if session.settings.validate_message_type:
             kind = prepared.message_type
             candidates = tuple(q for q in candidates if q.accepts(kind)) or candidates

@@ -34,7 +34,7 @@ from thrust._io.telemetry import TelemetryHandler
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as pb
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as spb
 from thrust.config import ClientConfig, Credentials, TlsConfig
-from thrust.errors import ClientClosedError, NotFoundError, ThrustError, ValidationError, error_for_status
+from thrust.errors import ClientClosedError, ForbiddenError, ThrustError, ValidationError, error_for_status
 from thrust.message import FilterExpression, ReceivedMessage
 from thrust.producer import _check, _config
 
@@ -262,7 +262,7 @@ class SimpleConsumer:
                 i = self._next_queue.get((topic, broker), 0)
                 self._next_queue[(topic, broker)] = i + 1
                 return topic, queues[i % len(queues)]
-        raise NotFoundError("no readable queue in any subscribed topic", code=Code.FORBIDDEN)
+        raise ForbiddenError("no readable queue in any subscribed topic", code=Code.FORBIDDEN)
 
     def _record(self, queue: RouteQueue, received: int) -> None:
         balancer = self._balancers.get(queue.topic)

@@ -15,6 +15,7 @@ run is reproducible.
     faults.expire_messages("01AB...")                          # its handles -> INVALID_RECEIPT_HANDLE
     faults.fail_ack_entries(first_attempts=1)                  # each message's first ack entry fails
     faults.set_assignment("t", "g", [(1, 0)])                  # QueryAssignment: broker 1's queue 0 only
+    faults.set_permission("t", readable=False)                 # routes say topic t's queues are write-only
 
 `Stats` counts calls per RPC and entries (Ack entries, sent messages, delivered messages), so tests can
 assert which calls a client made, and keeps the last `RECENT_RECEIVES` ReceiveMessage calls (group, topic,
@@ -192,6 +193,7 @@ class Faults:
         self._ack_fraction = 0.0
         self._ack_attempts: OrderedDict[str, int] = OrderedDict()
         self._assignments: dict[tuple[str, str], tuple[tuple[int, int], ...]] = {}
+        self._permissions: dict[str, tuple[bool, bool]] = {}
         self._active = False
         self.stats = Stats()
 
@@ -337,9 +339,28 @@ class Faults:
             return None
         return self._assignments.get((topic, group))
 
+    def set_permission(self, topic: str, *, readable: bool = True, writable: bool = True) -> None:
+        """Make QueryRoute and QueryAssignment describe every queue of `topic` with this permission,
+        as a real broker does for a topic whose `perm` was changed (`mqadmin updateTopicPerm`: the
+        proxy copies QueueData.perm into each queue's Permission, RouteActivity in apache/rocketmq).
+        Only the answers change; sends and receives are still served, so a test sees what the client
+        decides from the route alone. Both True removes the override."""
+        if readable and writable:
+            self._permissions.pop(topic, None)
+        else:
+            self._permissions[topic] = (readable, writable)
+
+    def permission(self, topic: str) -> tuple[bool, bool] | None:
+        """The (readable, writable) override set by `set_permission` for `topic`, or None."""
+        if not self._permissions:
+            return None
+        return self._permissions.get(topic)
+
     def clear(self) -> None:
-        """Remove every fault and assignment override (the counters are kept; see `stats.reset()`)."""
+        """Remove every fault, assignment and permission override (the counters are kept; see
+        `stats.reset()`)."""
         self._assignments.clear()
+        self._permissions.clear()
         self._latency.clear()
         self._delays.clear()
         self._rules.clear()

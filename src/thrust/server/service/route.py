@@ -26,12 +26,13 @@ class RouteRpcs(ServicerBase):
             info = self._topic(request.topic.name)
             response = s.QueryRouteResponse(status=_STATUS_OK)
             types = [int(t) for t in sorted(info.types)]
+            permission = _permission(self._faults.permission(info.name))
             for broker_pb in self._server.topic_brokers(request.endpoints, info):
                 for qid in range(info.queues):
                     mq = response.message_queues.add()
                     mq.topic.CopyFrom(request.topic)
                     mq.id = qid
-                    mq.permission = d.Permission.READ_WRITE
+                    mq.permission = permission
                     mq.broker.CopyFrom(broker_pb)
                     mq.accept_message_types.extend(cast(Any, types))
             return response
@@ -48,6 +49,10 @@ class RouteRpcs(ServicerBase):
             check_group(request.group.name)
             group = self._catalog.group(request.group.name)
             response = s.QueryAssignmentResponse(status=_STATUS_OK)
+            perm = self._faults.permission(info.name)
+            if perm is not None and not perm[0]:
+                # The proxy assigns only the queues of readable brokers (RouteActivity.queryAssignment).
+                return response
             # Assignments carry no accept_message_types: the proxy builds their queues from topic, id,
             # permission and broker only (RouteActivity.queryAssignment); the route has the types.
             override = self._faults.assignment(info.name, group.name)
@@ -78,3 +83,15 @@ class RouteRpcs(ServicerBase):
         return await self._unary(
             Rpc.QUERY_ASSIGNMENT, context, work, lambda st: s.QueryAssignmentResponse(status=st)
         )
+
+
+def _permission(override: tuple[bool, bool] | None) -> d.Permission:
+    """A queue's Permission from a (readable, writable) override, as RouteActivity.convertToPermission."""
+    if override is None:
+        return d.Permission.READ_WRITE
+    readable, writable = override
+    if readable and writable:
+        return d.Permission.READ_WRITE
+    if readable:
+        return d.Permission.READ
+    return d.Permission.WRITE if writable else d.Permission.NONE
