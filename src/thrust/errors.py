@@ -177,6 +177,14 @@ def error_for_status(code: int, message: str, *, request_id: str | None = None) 
             cls = BadRequestError
         else:
             cls = UnsupportedError
+    # ILLEGAL_POLLING_TIME stays a BadRequestError (the Java client's StatusChecker), but it is the one
+    # "bad request" a retry can cure: the proxy sends it only when the call arrived with less than the 5 s
+    # minimum poll left of its deadline ("please check network condition", ReceiveMessageActivity), i.e.
+    # the request was delayed on its way, not malformed.
+    retriable = True if code == Code.ILLEGAL_POLLING_TIME else None
     return cls(
-        message or (typed.name if isinstance(typed, Code) else str(code)), code=typed, request_id=request_id
+        message or (typed.name if isinstance(typed, Code) else str(code)),
+        code=typed,
+        request_id=request_id,
+        retriable=retriable,
     )

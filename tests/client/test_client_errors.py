@@ -99,7 +99,8 @@ def test_every_status_code_becomes_its_exception(code: Code) -> None:
     err = error_for_status(int(code), "the server said so", request_id="req-7")
     assert type(err) is EXPECTED[code], (code, type(err))
     assert err.code is code and err.message == "the server said so" and err.request_id == "req-7"
-    assert err.retriable is isinstance(err, RETRIABLE)
+    # ILLEGAL_POLLING_TIME: a request delayed on its way (see thrust.errors.error_for_status).
+    assert err.retriable is (isinstance(err, RETRIABLE) or code is Code.ILLEGAL_POLLING_TIME)
 
 
 def test_a_code_this_client_does_not_know_keeps_its_number() -> None:
@@ -253,5 +254,31 @@ def test_an_ack_entry_with_a_status_raises_its_exception(code: Code, cls: type[T
             assert type(error) is cls and error is not None and error.code is code
             srv.faults.clear()
             assert await c.ack_many(got) == [None, None]  # the handles were still good
+
+    run(scenario)
+
+
+def test_a_receive_delayed_past_the_minimum_poll_is_refused_as_a_retriable_bad_request() -> None:
+    """The proxy refuses a ReceiveMessage whose deadline has under 5 s left when it gets there
+    (ReceiveMessageActivity): with a 1 s request timeout the client's deadline is 5 + 1 s, and 2 s of
+    injected latency leave about 4. The same receive without the delay succeeds."""
+
+    async def scenario() -> None:
+        async with (
+            embedded_server(topics=["t"], groups=["g"]) as srv,
+            thrust.SimpleConsumer(
+                endpoints=srv.endpoints[0],
+                group="g",
+                subscriptions={"t": "*"},
+                await_duration=5,
+                request_timeout=1,
+            ) as c,
+        ):
+            srv.faults.add_latency(Rpc.RECEIVE_MESSAGE, 2.0)
+            with pytest.raises(BadRequestError) as info:
+                await c.receive(32, 10)
+            assert info.value.code is Code.ILLEGAL_POLLING_TIME and info.value.retriable
+            srv.faults.clear()
+            assert await c.receive(32, 10) == []  # the retry the flag promises: nothing queued, no error
 
     run(scenario)
