@@ -2,7 +2,7 @@
 
 `thrust.cli.main.build_parser()` registers every subcommand of `COMMAND_MODULES`; this walks that parser
 tree and renders one section per command (usage, description, every argument with its help and default)
-into `reference/cli.md`, a page that exists only in the built site. Written by hand it would go stale the
+into `cli.md` (docs_dir), a page that exists only in the built site. Written by hand it would go stale the
 first time someone added a flag; generated, a new subcommand or option appears by itself, and
 tests/unit/test_docs_cli.py checks that every registered command is on the page.
 """
@@ -16,7 +16,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
-CLI_PAGE = "reference/cli.md"
+CLI_PAGE = "cli.md"
 # Usage lines are wrapped by argparse at the terminal width; a fixed one keeps the page the same on every
 # machine (a CI runner has no terminal).
 USAGE_WIDTH = "100"
@@ -38,7 +38,7 @@ def _columns(width: str) -> Iterator[None]:
 def iter_commands(
     parser: argparse.ArgumentParser, path: tuple[str, ...] = ()
 ) -> Iterator[tuple[tuple[str, ...], argparse.ArgumentParser, str]]:
-    """(command path, parser, one-line help) for `parser`'s subcommands, depth first, in registration order."""
+    """(command path, parser, one-line help) of `parser`'s subcommands, depth first, as registered."""
     for action in parser._actions:
         if not isinstance(action, argparse._SubParsersAction):
             continue
@@ -54,12 +54,12 @@ def _text(parser: argparse.ArgumentParser, text: str) -> str:
     """A description or epilog: verbatim when the parser keeps its line breaks, else as a paragraph."""
     text = text.strip("\n")
     if parser.formatter_class is argparse.HelpFormatter:
-        return html.escape(" ".join(text.split()))
+        return html.escape(" ".join(text.split()), quote=False)
     return f"```text\n{text}\n```"
 
 
 def _cell(text: str) -> str:
-    return html.escape(" ".join(text.split())).replace("|", "\\|")
+    return html.escape(" ".join(text.split()), quote=False).replace("|", "\\|")
 
 
 def _arguments(parser: argparse.ArgumentParser) -> list[str]:
@@ -81,7 +81,7 @@ def _arguments(parser: argparse.ArgumentParser) -> list[str]:
             action.option_strings
             and action.nargs != 0
             and action.default not in (None, argparse.SUPPRESS, [], "")
-            and "%(default)" not in (action.help or "")
+            and "default" not in help_text.lower()
         ):
             default = f"`{action.default}`"
         if action.required:
