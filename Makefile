@@ -33,10 +33,11 @@ layers: $(STAMP)
 
 # The documentation site (mkdocs.yml) into site/. --strict turns every warning into a failure: a broken link
 # or anchor, a page missing from the nav, a docstring the API reference cannot parse. The CLI reference is
-# generated from the argparse parsers at build time (scripts/docs_hooks.py). NO_MKDOCS_2_WARNING silences
-# mkdocs-material's banner about its successor, which is not a warning about this site.
+# generated from the argparse parsers at build time (scripts/docs_hooks.py). Not --quiet: mkdocs 1.6 counts
+# the warnings that --strict fails on only when they are logged, so with --quiet a broken link passes.
+# NO_MKDOCS_2_WARNING silences mkdocs-material's banner about its successor, not a warning about this site.
 docs: $(STAMP)
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 # Four workers on two cores: most of the reliability and fault tests wait (invisible times, long polls,
 # a paused server) rather than compute, so they overlap well. Two phases:
