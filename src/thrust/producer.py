@@ -116,10 +116,11 @@ class Producer:
         batch_max_pending: messages accepted into the linger batch and not yet answered; `send()` waits
             while this or `batch_max_pending_bytes` is reached (backpressure).
         batch_max_pending_bytes: the estimated bytes of those messages, the same backpressure by size.
-            A batch is retried whole by the retry policy above, with its message ids kept; one refused
-            for a single bad message (MESSAGE_BODY_TOO_LARGE and the other per-message codes, nothing
-            stored) is resent one message per request, so only that message fails. `close()` sends
-            what is queued (within its timeout) and fails the rest with `ClientClosedError`.
+
+    A linger batch is retried whole by the retry policy above, with its message ids kept; one refused for a
+    single bad message (MESSAGE_BODY_TOO_LARGE and the other per-message codes, nothing stored) is resent
+    one message per request, so only that message fails. `close()` sends what is queued (within its
+    timeout) and fails the rest with `ClientClosedError`.
     """
 
     def __init__(
