@@ -60,7 +60,8 @@ class TlsConfig:
     Attributes:
         enabled: False gives a plaintext channel (the default of `ClientConfig`).
         ca_file: PEM bundle of trusted roots; None uses the system roots.
-        cert_file, key_file: a client certificate and its key (mutual TLS); both or neither.
+        cert_file: a client certificate (mutual TLS); with `key_file`, or neither.
+        key_file: the client certificate's private key; with `cert_file`, or neither.
         server_name: overrides the name checked against the server certificate (SNI / authority).
     """
 
@@ -108,9 +109,10 @@ class ClientConfig:
         credentials: AK/SK (and optional session token); None sends no `authorization` header.
         tls: a `TlsConfig`, True (TLS with system roots) or False/None (plaintext).
         request_timeout: the deadline of each unary call in seconds (sub-second values allowed).
-        keepalive_interval, keepalive_timeout: HTTP/2 keepalive of every channel (seconds): a ping after
-            `keepalive_interval` without incoming data, and the connection is closed when its ack takes longer
-            than `keepalive_timeout`. The defaults (300 s, 30 s) are the Java client's, and the fastest the
+        keepalive_interval: HTTP/2 keepalive of every channel (seconds): a ping after `keepalive_interval`
+            without incoming data.
+        keepalive_timeout: the connection is closed when a keepalive ping's ack takes longer than this
+            (seconds). The defaults of the two (300 s, 30 s) are the Java client's, and the fastest the
             RocketMQ proxy allows: it is a grpc-java server with the default `permitKeepAliveTime` of 5 min,
             which answers a third ping between two of its own writes with GOAWAY `too_many_pings`, cutting
             every call on the connection (a 10 s keepalive got it within a minute of quiet). A dead

@@ -113,12 +113,14 @@ class Producer:
             `send()` takes that much longer; 0 batches only the sends made together (in one loop
             iteration). A batch that is due while every `max_in_flight` slot is busy keeps filling until
             a slot frees.
-        batch_max_pending, batch_max_pending_bytes: messages (and their estimated bytes) accepted into
-            the linger batch and not yet answered; `send()` waits while either is reached (backpressure).
-            A batch is retried whole by the retry policy above, with its message ids kept; one refused
-            for a single bad message (MESSAGE_BODY_TOO_LARGE and the other per-message codes, nothing
-            stored) is resent one message per request, so only that message fails. `close()` sends
-            what is queued (within its timeout) and fails the rest with `ClientClosedError`.
+        batch_max_pending: messages accepted into the linger batch and not yet answered; `send()` waits
+            while this or `batch_max_pending_bytes` is reached (backpressure).
+        batch_max_pending_bytes: the estimated bytes of those messages, the same backpressure by size.
+
+    A linger batch is retried whole by the retry policy above, with its message ids kept; one refused for a
+    single bad message (MESSAGE_BODY_TOO_LARGE and the other per-message codes, nothing stored) is resent
+    one message per request, so only that message fails. `close()` sends what is queued (within its
+    timeout) and fails the rest with `ClientClosedError`.
     """
 
     def __init__(

@@ -141,14 +141,15 @@ class PushConsumer(Assignments):
             `ConsumeResult.FAILURE`, any other value or an exception nacks it for redelivery.
         consumption_thread_count: threads for a plain-function listener (Java default 20).
         async_concurrency: at most this many `async def` listener calls at once.
-        max_cache_message_count / max_cache_message_bytes: client-wide cache of received messages not yet
-            settled (waiting for the listener, or for their ack / nack to complete), split evenly over the
-            assigned queues (Java 4096 / 64 MiB).
+        max_cache_message_count: client-wide cache of received messages not yet settled (waiting for the
+            listener, or for their ack / nack to complete), split evenly over the assigned queues (Java 4096).
+        max_cache_message_bytes: the same cache's limit in body bytes (Java 64 MiB).
         receives_per_queue: ReceiveMessage calls in flight per queue while the cache has room for them
             (FIFO queues always use one).
-        ack_batch_size / ack_linger: an AckMessage goes out when a (endpoint, topic) batch has this many
-            entries, or `ack_linger` seconds after its oldest entry was queued. A FIFO group's acks do not
-            linger: each message group waits for its previous message's ack.
+        ack_batch_size: an AckMessage goes out when a (endpoint, topic) batch has this many entries, or
+            `ack_linger` seconds after its oldest entry was queued. A FIFO group's acks do not linger: each
+            message group waits for its previous message's ack.
+        ack_linger: seconds an ack batch waits for more entries after its oldest one (see `ack_batch_size`).
         ack_retry_window: seconds a failing ack keeps being retried before it is given up. In a FIFO group
             the ack or dead-letter forward of a message group's head is retried for as long as its queue
             stays assigned instead, because the group waits for it (`thrust._core.fifo`); once the queue is
