@@ -30,7 +30,9 @@ resource = Resource.create({"service.name": "billing"})
 meter_provider = MeterProvider(resource=resource, metric_readers=[PrometheusMetricReader()])
 server, _ = start_http_server(port=METRICS_PORT, addr="127.0.0.1")
 # 2. One instrumentation for every client (spans go to this tracer provider: add an exporter to see them).
-otel = thrust.otel.instrument(tracer_provider=TracerProvider(resource=resource), meter_provider=meter_provider)
+otel = thrust.otel.instrument(
+    tracer_provider=TracerProvider(resource=resource), meter_provider=meter_provider
+)
 
 done = threading.Event()
 seen: set[str] = set()
@@ -44,21 +46,31 @@ def handle(message: thrust.ReceivedMessage) -> None:
             done.set()
 
 
+def scrape(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return str(response.read().decode())
+
+
 async def main() -> None:
     async with (
         thrust.PushConsumer(
-            endpoints=ENDPOINTS, group=GROUP, subscriptions={TOPIC: "*"}, listener=handle, instrumentation=otel
+            endpoints=ENDPOINTS,
+            group=GROUP,
+            subscriptions={TOPIC: "*"},
+            listener=handle,
+            instrumentation=otel,
         ) as consumer,
         thrust.Producer(endpoints=ENDPOINTS, topics=[TOPIC], instrumentation=otel) as producer,
     ):
         for i in range(10):
             await producer.send(thrust.Message(topic=TOPIC, body=f"event {i}".encode()))
         await asyncio.wait_for(asyncio.to_thread(done.wait), 60)
-        while consumer.stats().acked < 10:  # acks are batched: wait until they settled
+        for _ in range(600):  # acks are batched: wait (up to 30 s) until they settled
+            if consumer.stats().acked >= 10:
+                break
             await asyncio.sleep(0.05)
         # 3. What Prometheus scrapes.
-        url = f"http://127.0.0.1:{server.server_port}/metrics"
-        text = urllib.request.urlopen(url, timeout=10).read().decode()
+        text = await asyncio.to_thread(scrape, f"http://127.0.0.1:{server.server_port}/metrics")
     lines = [line for line in text.splitlines() if line.startswith("messaging_")]
     print("\n".join(line for line in lines if "_bucket{" not in line))
     sent = [line for line in lines if line.startswith("messaging_client_sent_messages_total{")]

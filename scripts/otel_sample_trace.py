@@ -46,7 +46,9 @@ async def main() -> None:
         async with thrust.Producer(
             endpoints=ep, topics=["orders"], instrumentation=thrust.otel.instrument(tracer_provider=orders)
         ) as producer:
-            await producer.send(thrust.Message(topic="orders", body=b'{"order": 42}', tag="paid", keys=["42"]))
+            await producer.send(
+                thrust.Message(topic="orders", body=b'{"order": 42}', tag="paid", keys=["42"])
+            )
         async with thrust.PushConsumer(
             endpoints=ep,
             group="billing",
@@ -55,7 +57,9 @@ async def main() -> None:
             instrumentation=thrust.otel.instrument(tracer_provider=billing),
         ) as consumer:
             await asyncio.wait_for(asyncio.to_thread(done.wait), 30)
-            while consumer.stats().acked < 1:
+            for _ in range(3000):  # the ack is batched: wait (up to 30 s) for its span
+                if consumer.stats().acked >= 1:
+                    break
                 await asyncio.sleep(0.01)
     spans = [json.loads(s.to_json()) for s in exporter.get_finished_spans()]
     print(json.dumps(spans, indent=2))

@@ -136,7 +136,7 @@ class _Client:
         self.attributes = attrs
 
 
-class _Span:
+class _Timed:
     """A send, receive or settle span; records `messaging.client.operation.duration` when it ends."""
 
     __slots__ = ("_base", "_owner", "_span", "_started", "traceparent")
@@ -167,14 +167,20 @@ class _Span:
         span.end()
         self._owner._operation_duration.record(time.monotonic() - self._started, attrs)
 
+
+class _Span(_Timed):
+    """A send span (its `traceparent` goes into the messages) or a settle span."""
+
+    __slots__ = ()
+
     def end(self, endpoint: Endpoint | None, error: BaseException | None) -> None:
         self._finish(endpoint, error)
 
 
-class _ReceiveSpan(_Span):
+class _ReceiveSpan(_Timed):
     __slots__ = ()
 
-    def end(  # type: ignore[override]
+    def end(
         self, endpoint: Endpoint | None, messages: Sequence[ReceivedMessage], error: BaseException | None
     ) -> None:
         span = self._span
