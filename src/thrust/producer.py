@@ -105,9 +105,9 @@ class ProducerStats:
     one per linger batch, one per transactional send; retries are not counted here), `messages_sent`
     (messages the broker stored), `retries` (attempts after a request's first), `failures` (requests
     that failed after their last attempt), `messages_failed` (their messages, and the entries of a linger
-    batch that the broker refused one by one). Gauge: `in_flight`
-    (requests begun and not answered yet, retries and their backoff included). `latency`: from a
-    request's first attempt to the broker's answer, of the requests that succeeded, retries included.
+    batch that the broker refused one by one). Gauge: `in_flight` (requests begun and not answered yet,
+    retries and their backoff included). `latency`: from a request's first attempt to the broker's
+    answer, of the requests that succeeded, retries included.
     """
 
     sends: int
