@@ -174,7 +174,11 @@ def test_push_process_span_is_current_in_the_listener_and_links_to_the_send(kind
         with user_tracer.start_as_current_span("user work") as mine:
             parent = mine.parent  # type: ignore[attr-defined]
             seen.append((threading.current_thread().name, current, parent.span_id if parent else 0))
-        return thrust.ConsumeResult.FAILURE if m.body == b"bad" else thrust.ConsumeResult.SUCCESS
+        if m.body == b"bad":
+            if kind == "async":
+                raise ValueError("bad message")  # an exception: its type and the exception are recorded
+            return thrust.ConsumeResult.FAILURE
+        return thrust.ConsumeResult.SUCCESS
 
     async def alistener(m: thrust.ReceivedMessage) -> thrust.ConsumeResult:
         await asyncio.sleep(0)
@@ -228,7 +232,11 @@ def test_push_process_span_is_current_in_the_listener_and_links_to_the_send(kind
         assert {u.parent.span_id for u in users if u.parent} <= set(by_span)
         failed = processes[bad.message_id]
         assert failed.status.status_code is StatusCode.ERROR
-        assert (failed.attributes or {})["error.type"] == "failure"
+        if kind == "async":
+            assert (failed.attributes or {})["error.type"] == "ValueError"
+            assert [e.name for e in failed.events] == ["exception"]
+        else:
+            assert (failed.attributes or {})["error.type"] == "failure" and not failed.events
         # The nack of the failed message and the ack of the good one, linked to their sends.
         assert any(
             _linked_to(s, sends[bad.message_id]) for s in receiver.finished("change_invisible_duration t")
