@@ -34,7 +34,7 @@ try:
     from opentelemetry.metrics import CallbackOptions, Observation
     from opentelemetry.trace import Link, SpanKind, Status, StatusCode
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-except ImportError as exc:  # pragma: no cover - the extra is installed in the test environment
+except ImportError as exc:  # pragma: no cover - run in a child process (tests/otel/test_otel_import.py)
     raise ImportError(
         "thrust.otel needs the OpenTelemetry API: pip install 'thrust[otel]' (opentelemetry-api)"
     ) from exc
