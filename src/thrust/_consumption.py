@@ -31,7 +31,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Generic, Protocol, TypeVar
 
-__all__ = ["Consumable", "ExecutorStats", "ListenerExecutor", "RateLimitedLog"]
+__all__ = ["Consumable", "ExecutorStats", "ListenerExecutor", "RateLimitedLog", "is_async_callable"]
 
 logger = logging.getLogger("thrust.consumer")
 
@@ -106,6 +106,10 @@ class ListenerExecutor(Generic[T]):
     nothing did not fail: Python's habit), means ok; anything else, including an exception, means FAILURE.
     `on_results` is called on the loop with every result that arrived since the previous call. Must be
     constructed and used on the loop that `on_results` belongs to.
+
+    `invoke`, when given, is called with the item instead of `listener(item.message)` (an `async def` when
+    the listener is one): an instrumented consumer wraps the listener's call in its process span there,
+    on the thread or task that runs it (`thrust._push.tracing`). None costs one check per message.
     """
 
     def __init__(
@@ -118,18 +122,20 @@ class ListenerExecutor(Generic[T]):
         async_concurrency: int = 64,
         name: str = "thrust-consume",
         failure_log_interval: float = 10.0,
+        invoke: Callable[[T], Any] | None = None,
     ) -> None:
         if thread_count < 1:
             raise ValueError("thread_count must be >= 1")
         if async_concurrency < 1:
             raise ValueError("async_concurrency must be >= 1")
         self._listener = listener
+        self._invoke = invoke
         self._success = success
         self._on_results = on_results
         self._loop = asyncio.get_running_loop()
         self._log = RateLimitedLog(failure_log_interval)
         self.stats = ExecutorStats()
-        self.is_async = _is_async_callable(listener)
+        self.is_async = is_async_callable(listener)
         self._closing = False
         self._closed = False
         # Items accepted but not yet started, and items started but not finished.
@@ -289,6 +295,7 @@ class ListenerExecutor(Generic[T]):
         cond = self._cond
         pending = self._pending
         listener = self._listener
+        invoke = self._invoke
         success = self._success
         try:
             while True:
@@ -304,7 +311,7 @@ class ListenerExecutor(Generic[T]):
                     if self._in_flight > self.stats.peak_in_flight:
                         self.stats.peak_in_flight = self._in_flight
                 try:
-                    result = listener(item.message)
+                    result = listener(item.message) if invoke is None else invoke(item)
                     ok = result is success or result is None or result == success
                     if not ok:
                         self._bad_result(result)
@@ -377,6 +384,7 @@ class ListenerExecutor(Generic[T]):
     async def _runner(self) -> None:
         pending = self._pending
         listener: Callable[[Any], Awaitable[Any]] = self._listener
+        invoke: Callable[[T], Awaitable[Any]] | None = self._invoke
         success = self._success
         try:
             # No await between the emptiness check and the exit below, so `_runners` is exact whenever
@@ -387,7 +395,7 @@ class ListenerExecutor(Generic[T]):
                 if self._in_flight > self.stats.peak_in_flight:
                     self.stats.peak_in_flight = self._in_flight
                 try:
-                    result = await listener(item.message)
+                    result = await (listener(item.message) if invoke is None else invoke(item))
                     ok = result is success or result is None or result == success
                     if not ok:
                         self._bad_result(result)
@@ -413,7 +421,8 @@ class ListenerExecutor(Generic[T]):
             self._loop.call_soon(self._drain)
 
 
-def _is_async_callable(fn: Callable[..., Any]) -> bool:
+def is_async_callable(fn: Callable[..., Any]) -> bool:
+    """Whether `fn` is an `async def` (or an object with an `async def __call__`)."""
     if inspect.iscoroutinefunction(fn):
         return True
     call = getattr(fn, "__call__", None)  # noqa: B004 - a callable object with `async def __call__`

@@ -9,9 +9,12 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, TypedDict, Unpack, cast
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack, cast
 
 from thrust._core.endpoints import Endpoint, parse_endpoint
+
+if TYPE_CHECKING:
+    from thrust._instrument import Instrumentation
 
 __all__ = ["ClientConfig", "ClientConfigFields", "Credentials", "TlsConfig"]
 
@@ -31,6 +34,7 @@ class ClientConfigFields(TypedDict, total=False):
     request_timeout: float
     keepalive_interval: float
     keepalive_timeout: float
+    instrumentation: Instrumentation | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -118,6 +122,9 @@ class ClientConfig:
             every call on the connection (a 10 s keepalive got it within a minute of quiet). A dead
             connection is found by the calls instead: two consecutive transport failures on a channel
             (heartbeats every 10 s included) replace it (`ClientSession`), within ~25 s.
+        instrumentation: traces and metrics of the clients built with this config, from
+            `thrust.otel.instrument()` (the `otel` extra; docs/observability.md). None, the default, records
+            nothing.
     """
 
     endpoints: str
@@ -127,6 +134,7 @@ class ClientConfig:
     request_timeout: float = 3.0
     keepalive_interval: float = 300.0
     keepalive_timeout: float = 30.0
+    instrumentation: Instrumentation | None = None
 
     def __init__(
         self,
@@ -138,6 +146,7 @@ class ClientConfig:
         request_timeout: float = 3.0,
         keepalive_interval: float = 300.0,
         keepalive_timeout: float = 30.0,
+        instrumentation: Instrumentation | None = None,
     ) -> None:
         s = object.__setattr__
         s(self, "endpoints", _as_endpoints(endpoints))
@@ -157,6 +166,7 @@ class ClientConfig:
             raise ValueError("keepalive_interval and keepalive_timeout must be >= 0.1 seconds")
         s(self, "keepalive_interval", float(keepalive_interval))
         s(self, "keepalive_timeout", float(keepalive_timeout))
+        s(self, "instrumentation", instrumentation)
         # Validate the endpoints now so that a typo fails at construction, not at the first send.
         parse_endpoint(self.endpoints)
 
@@ -218,5 +228,6 @@ class ClientConfig:
         return (
             f"ClientConfig(endpoints={self.endpoints!r}, namespace={self.namespace!r}, "
             f"credentials={self.credentials!r}, tls={self.tls!r}, request_timeout={self.request_timeout}, "
-            f"keepalive_interval={self.keepalive_interval}, keepalive_timeout={self.keepalive_timeout})"
+            f"keepalive_interval={self.keepalive_interval}, keepalive_timeout={self.keepalive_timeout}"
+            + (f", instrumentation={self.instrumentation!r})" if self.instrumentation is not None else ")")
         )

@@ -292,6 +292,8 @@ class ReceivedMessage:
         receipt_handle: the current handle; `change_invisible_duration` replaces it with the server's new one.
         message_type: NORMAL, FIFO, DELAY, TRANSACTION or PRIORITY.
         priority: for PRIORITY messages, as sent (see `Message` for what it orders).
+        trace_context: the `trace_context` system property as the producer set it (a W3C `traceparent`
+            when the producer was instrumented: docs/observability.md), or None.
 
     `await msg.ack()` and `await msg.change_invisible_duration(seconds)` settle it through the consumer
     that received it. Messages from a `thrust.sync.SimpleConsumer` settle through it: there `msg.ack()`
@@ -318,6 +320,7 @@ class ReceivedMessage:
         "store_timestamp",
         "tag",
         "topic",
+        "trace_context",
     )
 
     topic: str
@@ -336,6 +339,7 @@ class ReceivedMessage:
     queue_offset: int | None
     message_type: MessageType
     priority: int | None
+    trace_context: str | None
     _receipt_handle: str
     _endpoint: Endpoint | None
     _settler: _Settler | None
@@ -361,6 +365,7 @@ class ReceivedMessage:
         message_type: MessageType = MessageType.NORMAL,
         priority: int | None = None,
         endpoint: Endpoint | None = None,
+        trace_context: str | None = None,
     ) -> None:
         s = object.__setattr__
         s(self, "topic", topic)
@@ -380,6 +385,7 @@ class ReceivedMessage:
         s(self, "queue_offset", queue_offset)
         s(self, "message_type", message_type)
         s(self, "priority", priority)
+        s(self, "trace_context", trace_context)
         s(self, "_endpoint", endpoint)
         s(self, "_settler", None)
 

@@ -24,9 +24,11 @@ from thrust._codec.ids import new_message_id
 from thrust._codec.status import Code
 from thrust._core.backoff import END_TRANSACTION_ATTEMPTS, END_TRANSACTION_BACKOFF
 from thrust._core.endpoints import Endpoint
+from thrust._core.latency import LatencyRecorder, LatencySummary
 from thrust._core.linger import LingerConfig, estimate_size, lane_for, split_on_refusal
 from thrust._core.routes import QueueSelector
 from thrust._core.settings import PRODUCER_RETRY_POLICY, ClientSettings
+from thrust._instrument import Instrumentation
 from thrust._io.linger import LingerDriver, LingerEntry, own_error
 from thrust._io.rpc import OK_OR_MULTIPLE
 from thrust._io.session import ClientSession
@@ -37,7 +39,7 @@ from thrust.config import ClientConfig, Credentials, TlsConfig
 from thrust.errors import ClientClosedError, ThrustError, ValidationError
 from thrust.message import Message, MessageType, ReceivedMessage, SendReceipt, TransactionResolution
 
-__all__ = ["Producer", "Transaction", "TransactionChecker"]
+__all__ = ["LatencySummary", "Producer", "ProducerStats", "Transaction", "TransactionChecker"]
 
 logger = logging.getLogger("thrust.producer")
 
@@ -63,9 +65,18 @@ def _config(
 
 
 class _Prepared:
-    """One validated SendMessage request and what the receipt needs."""
+    """One validated SendMessage request and what the receipt needs (and, for an instrumented producer,
+    the messages themselves: `messages`, empty otherwise)."""
 
-    __slots__ = ("message_group", "message_ids", "message_type", "request", "topic", "transactional")
+    __slots__ = (
+        "message_group",
+        "message_ids",
+        "message_type",
+        "messages",
+        "request",
+        "topic",
+        "transactional",
+    )
 
     def __init__(
         self,
@@ -75,6 +86,7 @@ class _Prepared:
         group: str | None,
         tx: bool,
         kind: int,
+        messages: Sequence[Message] = (),
     ) -> None:
         self.message_type = kind
         self.request = request
@@ -82,6 +94,29 @@ class _Prepared:
         self.message_ids = ids
         self.message_group = group
         self.transactional = tx
+        self.messages = messages
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ProducerStats:
+    """A snapshot of a producer (see `Producer.stats()`).
+
+    Counters: `sends` (SendMessage requests begun: one per `send()`, `send_async()` or `send_batch()`,
+    one per linger batch, one per transactional send; retries are not counted here), `messages_sent`
+    (messages the broker stored), `retries` (attempts after a request's first), `failures` (requests
+    that failed after their last attempt), `messages_failed` (their messages, and the entries of a linger
+    batch that the broker refused one by one). Gauge: `in_flight` (requests begun and not answered yet,
+    retries and their backoff included). `latency`: from a request's first attempt to the broker's
+    answer, of the requests that succeeded, retries included.
+    """
+
+    sends: int
+    messages_sent: int
+    retries: int
+    failures: int
+    messages_failed: int
+    in_flight: int
+    latency: LatencySummary
 
 
 class Producer:
@@ -132,6 +167,7 @@ class Producer:
         credentials: Credentials | None = None,
         tls: TlsConfig | bool | None = None,
         request_timeout: float | None = None,
+        instrumentation: Instrumentation | None = None,
         topics: Iterable[str] = (),
         max_attempts: int = 3,
         max_in_flight: int = 1024,
@@ -150,6 +186,7 @@ class Producer:
             credentials=credentials,
             tls=tls,
             request_timeout=request_timeout,
+            instrumentation=instrumentation,
         )
         if max_attempts < 1:
             raise ValueError("max_attempts must be >= 1")
@@ -184,6 +221,11 @@ class Producer:
         self._selector = QueueSelector()
         self._start_task: asyncio.Task[None] | None = None
         self._closed = False
+        self._instrumentation = self.config.instrumentation
+        # Statistics (`stats()`): plain ints on the loop, one update per request, not per message.
+        self._sends = self._messages_sent = self._retries = 0
+        self._failures = self._messages_failed = self._in_flight = 0
+        self._latency = LatencyRecorder()
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -208,6 +250,26 @@ class Producer:
             raise RuntimeError("the producer is not started")
         return self._session
 
+    def stats(self) -> ProducerStats:
+        """A snapshot of the producer's counters, in-flight requests and send latency."""
+        return ProducerStats(
+            sends=self._sends,
+            messages_sent=self._messages_sent,
+            retries=self._retries,
+            failures=self._failures,
+            messages_failed=self._messages_failed,
+            in_flight=self._in_flight,
+            latency=self._latency.summary(),
+        )
+
+    def __repr__(self) -> str:
+        s = self.stats()
+        state = "closed" if self._closed else ("running" if self._start_task is not None else "new")
+        return (
+            f"<Producer {state} sends={s.sends} sent={s.messages_sent} retries={s.retries} "
+            f"failures={s.failures} in_flight={s.in_flight}>"
+        )
+
     async def start(self) -> None:
         """Fetch routes of `topics` and open sessions; idempotent. `async with` calls it."""
         if self._closed:
@@ -227,6 +289,8 @@ class Producer:
             if self._linger_config is not None:
                 self._linger = LingerDriver(self._linger_config, self._send_linger_batch, self._window)
             self._start_task = asyncio.get_running_loop().create_task(self._session.start(self._topics))
+            if self._instrumentation is not None:
+                self._instrumentation.attach(self)
         try:
             await asyncio.shield(self._start_task)
         except BaseException:
@@ -265,6 +329,8 @@ class Producer:
         session, self._session = self._session, None
         if session is not None:
             await session.close(max(0.1, deadline - time.monotonic()))
+            if self._instrumentation is not None:
+                self._instrumentation.detach(self)
         if self._start_task is not None and not self._start_task.done():
             self._start_task.cancel()
 
@@ -369,7 +435,13 @@ class Producer:
             ids.append(message_id)
         kind = MessageType.TRANSACTION if transactional else messages[0].message_type
         return _Prepared(
-            spb.SendMessageRequest(messages=pbs), topic, ids, messages[0].message_group, transactional, kind
+            spb.SendMessageRequest(messages=pbs),
+            topic,
+            ids,
+            messages[0].message_group,
+            transactional,
+            kind,
+            messages if self._instrumentation is not None else (),
         )
 
     def _wire(
@@ -427,7 +499,8 @@ class Producer:
         for e in entries:
             self._wire(e.message, e.message_id, e.born, False, into=add())
         kind = MessageType.FIFO if group is not None else MessageType.NORMAL
-        prepared = _Prepared(request, topic, [e.message_id for e in entries], group, False, kind)
+        traced = [e.message for e in entries] if self._instrumentation is not None else ()
+        prepared = _Prepared(request, topic, [e.message_id for e in entries], group, False, kind, traced)
         try:
             outcomes, _ = await self._send_with_endpoint(session, prepared, self._batch_outcomes)
             return outcomes
@@ -440,7 +513,13 @@ class Producer:
         out: list[SendReceipt | ThrustError] = []
         for e, wire in zip(entries, request.messages, strict=True):
             alone = _Prepared(
-                spb.SendMessageRequest(messages=[wire]), topic, [e.message_id], group, False, kind
+                spb.SendMessageRequest(messages=[wire]),
+                topic,
+                [e.message_id],
+                group,
+                False,
+                kind,
+                (e.message,) if traced else (),
             )
             try:
                 outcomes, _ = await self._send_with_endpoint(session, alone, self._batch_outcomes)
@@ -456,7 +535,53 @@ class Producer:
         self, session: ClientSession, prepared: _Prepared, answer: Callable[[Any, _Prepared], _T]
     ) -> tuple[_T, Endpoint]:
         """Send `prepared` with retries; `answer(response, prepared)` turns the response into the result
-        (and raises for a failure that the retry policy should see)."""
+        (and raises for a failure that the retry policy should see). Counted in `stats()`, and reported
+        to the instrumentation, if any, as one send span whose context travels in every message."""
+        instrumentation = self._instrumentation
+        span = None
+        if instrumentation is not None:
+            span = instrumentation.send(
+                self,
+                prepared.topic,
+                MessageType(prepared.message_type),
+                prepared.messages,
+                prepared.message_ids,
+            )
+            traceparent = span.traceparent
+            if traceparent is not None:
+                # The W3C context of the send span, in the system property the proxy keeps with the
+                # message (apache/rocketmq SendMessageActivity: TRACE_CONTEXT), for consumers to link to.
+                for wire in prepared.request.messages:
+                    wire.system_properties.trace_context = traceparent
+        self._sends += 1
+        self._in_flight += 1
+        started = time.monotonic()
+        try:
+            result = await self._attempts(session, prepared, answer)
+        except BaseException as exc:
+            self._in_flight -= 1
+            self._failures += 1
+            self._messages_failed += len(prepared.message_ids)
+            if span is not None:
+                span.end(None, exc)
+            raise
+        self._in_flight -= 1
+        sent = len(prepared.message_ids)
+        outcomes = result[0]
+        if sent > 1 and isinstance(outcomes, list):
+            # A linger batch answers per message: the entries the broker refused count as failed.
+            refused = sum(1 for o in outcomes if isinstance(o, ThrustError))
+            sent -= refused
+            self._messages_failed += refused
+        self._messages_sent += sent
+        self._latency.record(time.monotonic() - started)
+        if span is not None:
+            span.end(result[1], None)
+        return result
+
+    async def _attempts(
+        self, session: ClientSession, prepared: _Prepared, answer: Callable[[Any, _Prepared], _T]
+    ) -> tuple[_T, Endpoint]:
         policy = session.settings.retry_policy
         # Transactional messages are not retried: the half message may already exist (Java ProducerImpl).
         attempts = 1 if prepared.transactional else policy.max_attempts
@@ -505,6 +630,7 @@ class Producer:
                         "send attempt %d to %s failed (%s); retrying in %.3fs", attempt, endpoint, exc, delay
                     )
                 attempt += 1
+                self._retries += 1
                 if delay > 0:
                     await asyncio.sleep(delay)
 

@@ -46,19 +46,21 @@ from types import TracebackType
 from typing import TypeAlias
 
 from thrust._codec import convert, validation
-from thrust._consumption import ListenerExecutor, RateLimitedLog
+from thrust._consumption import ListenerExecutor, RateLimitedLog, is_async_callable
 from thrust._core.ack import AckBatcher, AckConfig
 from thrust._core.assignment import AssignmentTable
 from thrust._core.fifo import FIFO_SETTLE_BACKOFF
 from thrust._core.process_queue import QueueBudget
 from thrust._core.routes import AssignmentEndpointSelector
 from thrust._core.settings import ClientSettings
+from thrust._instrument import Instrumentation
 from thrust._io.session import ClientSession
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as pb
 from thrust._push.assignments import Assignments
 from thrust._push.settle import BatchDriver
 from thrust._push.state import ACK_RETRY_WINDOW, MiB, _Delivery, _Queue, logger
 from thrust._push.telemetry import _PushTelemetry
+from thrust._push.tracing import traced_invoke
 from thrust.config import ClientConfig, Credentials, TlsConfig
 from thrust.errors import ClientClosedError, ValidationError
 from thrust.message import ConsumeResult, FilterExpression, ReceivedMessage
@@ -169,6 +171,7 @@ class PushConsumer(Assignments):
         credentials: Credentials | None = None,
         tls: TlsConfig | bool | None = None,
         request_timeout: float | None = None,
+        instrumentation: Instrumentation | None = None,
         group: str,
         subscriptions: Mapping[str, str | FilterExpression],
         listener: Listener,
@@ -191,6 +194,7 @@ class PushConsumer(Assignments):
             credentials=credentials,
             tls=tls,
             request_timeout=request_timeout,
+            instrumentation=instrumentation,
         )
         if not subscriptions:
             raise ValueError("subscriptions must name at least one topic")
@@ -293,6 +297,11 @@ class PushConsumer(Assignments):
             handler=_PushTelemetry(self),
             group=self.group,
         )
+        instrumentation = self.config.instrumentation
+        invoke = None
+        if instrumentation is not None:
+            invoke = traced_invoke(instrumentation, self, self.listener, is_async_callable(self.listener))
+            instrumentation.attach(self)
         self._executor = ListenerExecutor(
             self.listener,
             success=ConsumeResult.SUCCESS,
@@ -300,6 +309,7 @@ class PushConsumer(Assignments):
             thread_count=self.consumption_thread_count,
             async_concurrency=self.async_concurrency,
             name="thrust-consume",
+            invoke=invoke,
         )
         self._acks = BatchDriver("ack", AckBatcher(self._ack_config), self._send_acks, self._acks_finished)
         self._nacks = BatchDriver(
@@ -391,6 +401,8 @@ class PushConsumer(Assignments):
             await asyncio.wait(waiting, timeout=1.0)
         if self._session is not None:
             await self._session.close(self.config.request_timeout + 1.0)
+            if self.config.instrumentation is not None:
+                self.config.instrumentation.detach(self)
 
     # -- statistics ---------------------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ iterating costs no more per message than calling `receive()` yourself.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections import deque
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
@@ -29,6 +30,7 @@ from thrust._core.endpoints import Endpoint
 from thrust._core.receive_balancer import ReceiveBalancer
 from thrust._core.routes import RouteQueue
 from thrust._core.settings import ClientSettings, receive_deadline
+from thrust._instrument import Instrumentation
 from thrust._io.session import ClientSession
 from thrust._io.telemetry import TelemetryHandler
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as pb
@@ -38,13 +40,35 @@ from thrust.errors import ClientClosedError, ForbiddenError, ThrustError, Valida
 from thrust.message import FilterExpression, ReceivedMessage
 from thrust.producer import _check, _config
 
-__all__ = ["SimpleConsumer"]
+__all__ = ["SimpleConsumer", "SimpleConsumerStats"]
 
 logger = logging.getLogger("thrust.consumer")
 
 MAX_BATCH = 32  # the broker refuses more per pop (docs/protocol.md §6.3)
 # A corrupted message is made visible again soon so another delivery (maybe intact) can replace it.
 CORRUPTED_RETRY_DELAY = 1.0
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SimpleConsumerStats:
+    """A snapshot of a simple consumer (see `SimpleConsumer.stats()`).
+
+    Counters: `receives` (ReceiveMessage calls answered, empty ones included), `empty_receives` (those
+    that returned nothing), `messages_received`, `receive_failures` (receives that raised), `acks`
+    (messages acked, by `ack()` or `ack_many()`), `ack_failures` (messages whose ack failed), `renewals`
+    (`change_invisible_duration()` calls that succeeded: the invisibility renewed, or ended with 0 s),
+    `renewal_failures`. Gauge: `receives_in_flight`.
+    """
+
+    receives: int
+    empty_receives: int
+    messages_received: int
+    receive_failures: int
+    acks: int
+    ack_failures: int
+    renewals: int
+    renewal_failures: int
+    receives_in_flight: int
 
 
 class SimpleConsumer:
@@ -81,6 +105,7 @@ class SimpleConsumer:
         credentials: Credentials | None = None,
         tls: TlsConfig | bool | None = None,
         request_timeout: float | None = None,
+        instrumentation: Instrumentation | None = None,
         group: str,
         subscriptions: Mapping[str, str | FilterExpression],
         await_duration: float = 20.0,
@@ -93,6 +118,7 @@ class SimpleConsumer:
             credentials=credentials,
             tls=tls,
             request_timeout=request_timeout,
+            instrumentation=instrumentation,
         )
         _check(validation.check_group, group)
         self.group = group
@@ -125,6 +151,22 @@ class SimpleConsumer:
         self._buffer: deque[ReceivedMessage] = deque()
         self._group_pb = pb.Resource(resource_namespace=self.config.namespace, name=group)
         self._filters: dict[str, pb.FilterExpression] = {}
+        self._instrumentation = self.config.instrumentation
+        # Statistics (`stats()`): plain ints on the loop, one update per call.
+        self._counters = dict.fromkeys(
+            (
+                "receives",
+                "empty_receives",
+                "messages_received",
+                "receive_failures",
+                "acks",
+                "ack_failures",
+                "renewals",
+                "renewal_failures",
+                "receives_in_flight",
+            ),
+            0,
+        )
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -145,6 +187,18 @@ class SimpleConsumer:
         """The `x-mq-client-id` this consumer presents, once started (None before)."""
         return self._session.client_id if self._session is not None else None
 
+    def stats(self) -> SimpleConsumerStats:
+        """A snapshot of the consumer's counters (receives, acks, renewals and their failures)."""
+        return SimpleConsumerStats(**self._counters)
+
+    def __repr__(self) -> str:
+        c = self._counters
+        state = "closed" if self._closed else ("running" if self._start_task is not None else "new")
+        return (
+            f"<SimpleConsumer group={self.group!r} {state} receives={c['receives']} "
+            f"received={c['messages_received']} acks={c['acks']} renewals={c['renewals']}>"
+        )
+
     async def start(self) -> None:
         """Fetch routes, open sessions and announce the subscriptions; idempotent (`async with` calls it)."""
         if self._closed:
@@ -160,6 +214,8 @@ class SimpleConsumer:
             self._start_task = asyncio.get_running_loop().create_task(
                 self._session.start(list(self._subscriptions))
             )
+            if self._instrumentation is not None:
+                self._instrumentation.attach(self)
         try:
             await asyncio.shield(self._start_task)
         except BaseException:
@@ -189,6 +245,8 @@ class SimpleConsumer:
         session, self._session = self._session, None
         if session is not None:
             await session.close(timeout)
+            if self._instrumentation is not None:
+                self._instrumentation.detach(self)
         if self._start_task is not None and not self._start_task.done():
             self._start_task.cancel()
 
@@ -293,6 +351,9 @@ class SimpleConsumer:
             long_polling_timeout=convert.duration(self.await_duration),
         )
         endpoint = queue.endpoint
+        span = None if self._instrumentation is None else self._instrumentation.receive(self, topic)
+        counters = self._counters
+        counters["receives_in_flight"] += 1
         # Not await_duration + request timeout: the proxy holds a poll for at least 5 s and refuses a
         # shorter deadline (ILLEGAL_POLLING_TIME, docs/protocol.md §6.2), see `receive_deadline`.
         try:
@@ -301,17 +362,30 @@ class SimpleConsumer:
                 request,
                 timeout=receive_deadline(self.await_duration, session.settings.request_timeout),
             )
-        except ThrustError:
-            self._record(queue, 0)  # a failing broker is tried less often, like an empty one
+        except BaseException as exc:
+            counters["receives_in_flight"] -= 1
+            if span is not None:
+                span.end(endpoint, (), exc)
+            if isinstance(exc, ThrustError):  # (not a cancellation)
+                counters["receive_failures"] += 1
+                self._record(queue, 0)  # a failing broker is tried less often, like an empty one
             raise
+        counters["receives_in_flight"] -= 1
+        counters["receives"] += 1
         self._record(queue, len(result.messages))
         if not result.messages:
+            counters["empty_receives"] += 1
+            if span is not None:
+                span.end(endpoint, (), None)
             return []
         good, bad = convert.received_from_pbs(result.messages, endpoint)
         if bad:
             self._release_corrupted(session, endpoint, bad)
         for m in good:
             m._bind(self)
+        counters["messages_received"] += len(good)
+        if span is not None:
+            span.end(endpoint, good, None)
         return good
 
     def _release_corrupted(
@@ -346,8 +420,20 @@ class SimpleConsumer:
                 spb.AckMessageEntry(message_id=message.message_id, receipt_handle=message.receipt_handle)
             ],
         )
-        response = await session.call(endpoint, "AckMessage", request, ok=_ANY_STATUS)
-        _raise_for_entries(response)
+        span = None
+        if self._instrumentation is not None:
+            span = self._instrumentation.settle(self, "ack", message.topic, (message,))
+        try:
+            response = await session.call(endpoint, "AckMessage", request, ok=_ANY_STATUS)
+            _raise_for_entries(response)
+        except BaseException as exc:
+            self._counters["ack_failures"] += 1
+            if span is not None:
+                span.end(endpoint, exc)
+            raise
+        self._counters["acks"] += 1
+        if span is not None:
+            span.end(endpoint, None)
 
     async def ack_many(self, messages: Sequence[ReceivedMessage]) -> list[ThrustError | None]:
         """Acknowledge many messages with one AckMessage per (broker, topic); never raises for an entry.
@@ -372,20 +458,32 @@ class SimpleConsumer:
                     for i in indexes
                 ],
             )
+            span = None
+            if self._instrumentation is not None:
+                span = self._instrumentation.settle(self, "ack", topic, [messages[i] for i in indexes])
             try:
                 response = await session.call(endpoint, "AckMessage", request, ok=_ANY_STATUS)
             except ThrustError as exc:
                 for i in indexes:
                     results[i] = exc
+                if span is not None:
+                    span.end(endpoint, exc)
                 return
             by_handle = {e.receipt_handle: e.status for e in response.entries}
             top = response.status
+            first: ThrustError | None = None
             for i in indexes:
                 status = by_handle.get(messages[i].receipt_handle, top)
                 if status.code != Code.OK:
                     results[i] = error_for_status(status.code, status.message)
+                    first = first or results[i]
+            if span is not None:
+                span.end(endpoint, first)
 
         await asyncio.gather(*(one(ep, topic, idx) for (ep, topic), idx in groups.items()))
+        failed = sum(1 for r in results if r is not None)
+        self._counters["acks"] += len(results) - failed
+        self._counters["ack_failures"] += failed
         return results
 
     async def change_invisible_duration(self, message: ReceivedMessage, seconds: float) -> None:
@@ -403,7 +501,19 @@ class SimpleConsumer:
             invisible_duration=convert.duration(float(seconds)),
             message_id=message.message_id,
         )
-        response = await session.call(endpoint, "ChangeInvisibleDuration", request)
+        span = None
+        if self._instrumentation is not None:
+            span = self._instrumentation.settle(self, "change_invisible_duration", message.topic, (message,))
+        try:
+            response = await session.call(endpoint, "ChangeInvisibleDuration", request)
+        except BaseException as exc:
+            self._counters["renewal_failures"] += 1
+            if span is not None:
+                span.end(endpoint, exc)
+            raise
+        self._counters["renewals"] += 1
+        if span is not None:
+            span.end(endpoint, None)
         if response.receipt_handle:
             message._replace_receipt_handle(response.receipt_handle)
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, Self, TypeVar
 
 from thrust import producer as _producer
 from thrust import simple_consumer as _simple
+from thrust._instrument import Instrumentation
 from thrust.config import ClientConfig, Credentials, TlsConfig
 from thrust.errors import ClientClosedError, ThrustError
 from thrust.message import FilterExpression, Message, ReceivedMessage, SendReceipt
@@ -221,6 +222,7 @@ class Producer(_SyncClient):
         credentials: Credentials | None = None,
         tls: TlsConfig | bool | None = None,
         request_timeout: float | None = None,
+        instrumentation: Instrumentation | None = None,
         topics: Iterable[str] = (),
         max_attempts: int = 3,
         max_in_flight: int = 1024,
@@ -239,6 +241,7 @@ class Producer(_SyncClient):
             credentials=credentials,
             tls=tls,
             request_timeout=request_timeout,
+            instrumentation=instrumentation,
             topics=topics,
             max_attempts=max_attempts,
             max_in_flight=max_in_flight,
@@ -272,6 +275,10 @@ class Producer(_SyncClient):
     def send_batch(self, messages: Sequence[Message]) -> list[SendReceipt]:
         """Send several messages of one topic in one call (see `thrust.Producer.send_batch`)."""
         return self._runner.run(self._async.send_batch(messages))
+
+    def stats(self) -> _producer.ProducerStats:
+        """A `ProducerStats` snapshot (sends, retries, failures, in flight, latency)."""
+        return self._runner.run(_call(self._async.stats))
 
     def recall(self, topic: str, recall_handle: str) -> str:
         """Recall a delay message before delivery; returns its message id."""
@@ -373,6 +380,7 @@ class SimpleConsumer(_SyncClient):
         credentials: Credentials | None = None,
         tls: TlsConfig | bool | None = None,
         request_timeout: float | None = None,
+        instrumentation: Instrumentation | None = None,
         group: str,
         subscriptions: Mapping[str, str | FilterExpression],
         await_duration: float = 20.0,
@@ -385,6 +393,7 @@ class SimpleConsumer(_SyncClient):
             credentials=credentials,
             tls=tls,
             request_timeout=request_timeout,
+            instrumentation=instrumentation,
             group=group,
             subscriptions=subscriptions,
             await_duration=await_duration,
@@ -420,6 +429,10 @@ class SimpleConsumer(_SyncClient):
     def change_invisible_duration(self, message: ReceivedMessage, seconds: float) -> None:
         """Hide `message` for `seconds` from now; its receipt handle is replaced by the new one."""
         self._runner.run(self._async.change_invisible_duration(message, seconds))
+
+    def stats(self) -> _simple.SimpleConsumerStats:
+        """A `SimpleConsumerStats` snapshot (receives, acks, renewals and their failures)."""
+        return self._runner.run(_call(self._async.stats))
 
     def subscribe(self, topic: str, expression: str | FilterExpression = "*") -> None:
         """Add or change a subscription."""
@@ -468,6 +481,7 @@ class PushConsumer(_SyncClient):
         credentials: Credentials | None = None,
         tls: TlsConfig | bool | None = None,
         request_timeout: float | None = None,
+        instrumentation: Instrumentation | None = None,
         group: str,
         subscriptions: Mapping[str, str | FilterExpression],
         listener: _push.Listener,
@@ -495,6 +509,7 @@ class PushConsumer(_SyncClient):
             credentials=credentials,
             tls=tls,
             request_timeout=request_timeout,
+            instrumentation=instrumentation,
             group=group,
             subscriptions=subscriptions,
             listener=listener,

@@ -31,6 +31,7 @@ SCRIPTS: dict[str, tuple[str, bool]] = {
     "push_consumer_async.py": ("NORMAL", False),
     "sync_threads.py": ("NORMAL", False),
     "tls_credentials.py": ("NORMAL", False),
+    "otel_prometheus.py": ("NORMAL", False),
 }
 
 

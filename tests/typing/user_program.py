@@ -10,8 +10,11 @@ import concurrent.futures
 from typing import assert_type
 
 import thrust
+import thrust.otel
 import thrust.sync
+from thrust.producer import ProducerStats
 from thrust.push_consumer import PushConsumerStats
+from thrust.simple_consumer import SimpleConsumerStats
 
 
 async def asyncio_clients() -> None:
@@ -87,3 +90,20 @@ def sync_clients() -> None:
         assert_type(push.aio, thrust.PushConsumer)
         assert_type(push.stats(), PushConsumerStats)
     assert_type(thrust.__version__, str)
+
+
+async def observed_clients() -> None:
+    otel = thrust.otel.instrument()
+    assert_type(otel, thrust.otel.OpenTelemetryInstrumentation)
+    config = thrust.ClientConfig("127.0.0.1:8081", instrumentation=otel)
+    async with thrust.Producer(endpoints="127.0.0.1:8081", instrumentation=otel) as producer:
+        assert_type(producer.stats(), ProducerStats)
+        assert_type(producer.stats().latency.p99, float)
+    async with thrust.SimpleConsumer(config, group="billing", subscriptions={"orders": "*"}) as consumer:
+        assert_type(consumer.stats(), SimpleConsumerStats)
+        for message in await consumer.receive():
+            assert_type(message.trace_context, str | None)
+    with thrust.sync.Producer(endpoints="127.0.0.1:8081", instrumentation=otel) as sync_producer:
+        assert_type(sync_producer.stats().retries, int)
+    with thrust.sync.SimpleConsumer(config, group="billing", subscriptions={"orders": "*"}) as sync_consumer:
+        assert_type(sync_consumer.stats().renewals, int)

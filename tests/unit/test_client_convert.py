@@ -79,6 +79,14 @@ def test_received_fields() -> None:
         m.body = b"y"  # type: ignore[misc]
 
 
+def test_trace_context_is_read_when_present() -> None:
+    tp = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    m = convert.received_from_pb(_delivered(b"x", trace_context=tp))
+    assert m.trace_context == tp
+    assert m._redelivered().trace_context == tp  # a FIFO local retry keeps it
+    assert convert.received_from_pb(_delivered(b"x")).trace_context is None
+
+
 def test_durations_keep_nanos() -> None:
     d = convert.duration(1.25)
     assert (d.seconds, d.nanos) == (1, 250_000_000)

@@ -253,6 +253,7 @@ def received_from_pb(message: pb.Message, endpoint: Endpoint | None = None) -> R
         message_type=_MESSAGE_TYPES.get(sp.message_type, _NORMAL),
         priority=sp.priority if has("priority") else None,
         endpoint=endpoint,
+        trace_context=sp.trace_context if has("trace_context") else None,
     )
 
 

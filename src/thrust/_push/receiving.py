@@ -142,8 +142,9 @@ class Receiving(Results):
         `on_received` for the rest once it completed), hand the good ones to the listener, settle the
         corrupted ones."""
         good, bad = convert.received_from_pbs(raw, q.endpoint)
+        now = time.monotonic()
         # One pass per chunk: the deliveries carry their body size, which is what the cache counts.
-        deliveries = [_Delivery(m, q) for m in good]
+        deliveries = [_Delivery(m, q, now) for m in good]
         nbytes = 0
         largest = 0
         for d in deliveries:
@@ -152,7 +153,6 @@ class Receiving(Results):
             if size > largest:
                 largest = size
         n = len(deliveries)
-        now = time.monotonic()
         if final:
             q.pq.on_received(ticket, n, nbytes, now, largest if n else None)
         elif not q.pq.on_partial(ticket, n, nbytes, now, largest if n else None):
@@ -162,6 +162,12 @@ class Receiving(Results):
         if n:
             q.received += n
             self._counters["received"] += n
+            instrumentation = self.config.instrumentation
+            if instrumentation is not None:
+                # A receive span only for what arrived (a push consumer's long polls that return nothing
+                # are not reported), from when the receive started; at most two per receive (`_Stream`).
+                start = time.time() - (now - ticket.started_at)
+                instrumentation.receive(self, q.id.topic, start).end(q.endpoint, good, None)
             self._dispatch(q, deliveries)
         q.event.set()
 

@@ -8,13 +8,16 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from thrust._codec import convert
 from thrust._core.ack import AckBatch, AckBatcher, AckEntry, AckKey, Fate, Outcome, results_for
 from thrust._core.fifo import UNTIL_SETTLED, FifoAction, fifo_failure_action, releases_chain
+from thrust._io.rpc import OK_OR_MULTIPLE
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as pb
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as spb
 from thrust._push.state import _ANY_CODE, CLOSE_NACK_DELAY, PushState, _Delivery, _Queue, _Token, logger
+from thrust.errors import error_for_status
 from thrust.message import ReceivedMessage
 
 
@@ -143,6 +146,30 @@ class Results(PushState):
 
     # -- settling RPCs ------------------------------------------------------------------------------------
 
+    async def _settle_call(self, operation: str, batch: AckBatch, rpc: str, request: Any) -> Any:
+        """One settling RPC of `batch`, in a settle span when the consumer is instrumented."""
+        endpoint = batch.key.endpoint
+        instrumentation = self.config.instrumentation
+        if instrumentation is None:
+            return await self.session.call(endpoint, rpc, request, ok=_ANY_CODE)
+        messages = []
+        for entry in batch.entries:
+            token = entry.token
+            d = token if type(token) is _Delivery else getattr(token, "delivery", None)
+            if isinstance(d, _Delivery):
+                messages.append(d.message)
+        span = instrumentation.settle(self, operation, batch.key.topic, messages)
+        try:
+            response = await self.session.call(endpoint, rpc, request, ok=_ANY_CODE)
+        except BaseException as exc:
+            span.end(endpoint, exc)
+            raise
+        code = response.status.code
+        span.end(
+            endpoint, None if code in OK_OR_MULTIPLE else error_for_status(code, response.status.message)
+        )
+        return response
+
     async def _send_acks(self, batch: AckBatch) -> Sequence[tuple[AckEntry, Outcome]]:
         key = batch.key
         request = spb.AckMessageRequest(
@@ -153,7 +180,7 @@ class Results(PushState):
                 for e in batch.entries
             ],
         )
-        response = await self.session.call(key.endpoint, "AckMessage", request, ok=_ANY_CODE)
+        response = await self._settle_call("ack", batch, "AckMessage", request)
         return results_for(
             batch, response.status.code, ((r.message_id, r.status.code) for r in response.entries)
         )
@@ -169,8 +196,8 @@ class Results(PushState):
             invisible_duration=convert.duration(token.value),
             message_id=token.message_id,
         )
-        response = await self.session.call(
-            batch.key.endpoint, "ChangeInvisibleDuration", request, ok=_ANY_CODE
+        response = await self._settle_call(
+            "change_invisible_duration", batch, "ChangeInvisibleDuration", request
         )
         return results_for(batch, response.status.code)
 
@@ -186,8 +213,8 @@ class Results(PushState):
             delivery_attempt=int(token.value),
             max_delivery_attempts=self.session.settings.retry_policy.max_attempts,
         )
-        response = await self.session.call(
-            batch.key.endpoint, "ForwardMessageToDeadLetterQueue", request, ok=_ANY_CODE
+        response = await self._settle_call(
+            "forward_to_dead_letter_queue", batch, "ForwardMessageToDeadLetterQueue", request
         )
         return results_for(batch, response.status.code)
 

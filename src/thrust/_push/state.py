@@ -51,14 +51,16 @@ CLOSE_NACK_DELAY = 1.0
 class _Delivery:
     """One received message on its way through the listener, the FIFO chain and the ack batcher."""
 
-    __slots__ = ("message", "nbytes", "queue")
+    __slots__ = ("arrived", "message", "nbytes", "queue")
 
-    def __init__(self, message: ReceivedMessage, queue: _Queue) -> None:
+    def __init__(self, message: ReceivedMessage, queue: _Queue, arrived: float = 0.0) -> None:
         # Replaced by a copy one attempt later on each local FIFO retry (`_fifo_failed`), so that the
         # listener, the retry backoff and the dead-letter forward read the same count.
         self.message = message
         self.queue = queue
         self.nbytes = len(message.body)
+        # When it was decoded (monotonic): the start of its await time, until the listener takes it.
+        self.arrived = arrived
 
 
 class _Token:
