@@ -56,7 +56,7 @@ async def _fill(endpoint: str, messages: int, size: int) -> None:
             await p.send_batch([thrust.Message(topic=TOPIC, body=body) for _ in range(n)])
 
 
-async def _drain_push(endpoint: str, messages: int, threads: int) -> tuple[float, float]:
+async def _drain_push(endpoint: str, messages: int, threads: int, per_queue: int) -> tuple[float, float]:
     """Wall time until the last message reached the listener; CPU until the consumer closed (its acks
     flushed: they are part of the drain's cost)."""
     loop = asyncio.get_running_loop()
@@ -103,6 +103,7 @@ async def _drain_push(endpoint: str, messages: int, threads: int) -> tuple[float
         subscriptions={TOPIC: "*"},
         listener=listener,
         consumption_thread_count=threads,
+        receives_per_queue=per_queue,
     )
     async with consumer:
         cpu0, t0 = time.process_time(), time.monotonic()
@@ -140,14 +141,14 @@ def _start_profiler(out: str) -> subprocess.Popen[bytes]:
     """py-spy attached to this process from now on (the drain only, not the start-up or the fill)."""
     spy = os.path.join(os.path.dirname(sys.executable), "py-spy")
     proc = subprocess.Popen(
-        [spy, "record", "--native", "--rate", "250", "--format", "raw", "-o", out, "--pid", str(os.getpid())],
+        [spy, "record", "--native", "--rate", "100", "--format", "raw", "-o", out, "--pid", str(os.getpid())],
         stderr=subprocess.DEVNULL,
     )
     time.sleep(1.0)  # attached before the drain starts
     return proc
 
 
-def run(messages: int, size: int, raw: bool, profile: str | None, threads: int) -> None:
+def run(messages: int, size: int, raw: bool, profile: str | None, threads: int, receives: int) -> None:
     port = _free_port()
     server = subprocess.Popen(
         [
@@ -175,8 +176,8 @@ def run(messages: int, size: int, raw: bool, profile: str | None, threads: int) 
             messages, wall, cpu = asyncio.run(_drain_raw(endpoint, messages))
             what = "raw Receive(32)+Ack(32), 8 loops"
         else:
-            wall, cpu = asyncio.run(_drain_push(endpoint, messages, threads))
-            what = f"PushConsumer, {threads} listener threads"
+            wall, cpu = asyncio.run(_drain_push(endpoint, messages, threads, receives))
+            what = f"PushConsumer, {threads} listener threads, {receives} receives per queue"
         if spy is not None:
             spy.send_signal(signal.SIGINT)
             spy.wait(30)
@@ -245,6 +246,7 @@ def main() -> None:
     ap.add_argument("--messages", type=int, default=30_000)
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--threads", type=int, default=20, help="the listener's threads (default 20, Java's)")
+    ap.add_argument("--receives", type=int, default=2, help="receives_per_queue (default 2, thrust's)")
     ap.add_argument("--raw", action="store_true", help="drain with the bare grpc.aio loop instead")
     ap.add_argument("--fold", metavar="RAW_FILE", help="fold a py-spy raw profile by layer and exit")
     ap.add_argument("--profile", metavar="RAW_FILE", help="record the drain alone with py-spy into this file")
@@ -265,7 +267,7 @@ def main() -> None:
     if args.fold:
         fold(args.fold)
     else:
-        run(args.messages, args.size, args.raw, args.profile, args.threads)
+        run(args.messages, args.size, args.raw, args.profile, args.threads, args.receives)
 
 
 if __name__ == "__main__":
