@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any, Literal
 
+from thrust.cli.loops import add_loop_argument
+from thrust.cli.loops import run as run_on_loop
 from thrust.server.app import MAX_INBOUND_MESSAGE_SIZE, ServerConfig, parse_group, parse_topic
 from thrust.server.faults import Faults, apply_fault_flag
 from thrust.server.service import EmbeddedServer
@@ -230,6 +232,15 @@ def register(subparsers: Any) -> None:
         "polls, release its messages (default 120, like the proxy; 0: never)",
     )
     parser.add_argument("--log-level", default="INFO", help="log level (default INFO)")
+    add_loop_argument(parser)
+    parser.add_argument(
+        "--report-lag",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="every SECONDS, write this process's event-loop lag and GC pauses on stdout as one "
+        "`thrust-lag` line (`thrust perf` shows them beside each interval; default 0: off)",
+    )
     for kind in _FAULT_KINDS:
         parser.add_argument(f"--fault-{kind}", action="append", default=[], help=argparse.SUPPRESS)
     parser.add_argument("--fault-seed", type=int, default=0, help=argparse.SUPPRESS)
@@ -305,9 +316,14 @@ def _faults(args: argparse.Namespace) -> Faults:
     return faults
 
 
-async def _serve(config: ServerConfig, faults: Faults) -> None:
+async def _serve(config: ServerConfig, faults: Faults, report_lag: float = 0.0) -> None:
     server = EmbeddedServer(config, faults=faults)
     await server.start()
+    lag_task: asyncio.Task[None] | None = None
+    if report_lag > 0:
+        from thrust.bench.lag import report_forever
+
+        lag_task = asyncio.create_task(report_forever(report_lag, lambda line: print(line, flush=True)))
     for endpoint in server.endpoints:
         print(f"listening on {endpoint}", flush=True)
     logger.info(
@@ -327,6 +343,10 @@ async def _serve(config: ServerConfig, faults: Faults) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
         logger.info("stopping")
+        if lag_task is not None:
+            lag_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await lag_task
         await server.stop(grace=1.0)
 
 
@@ -346,7 +366,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"thrust serve: error: {exc}", file=sys.stderr)
         return 2
     try:
-        asyncio.run(_serve(config, faults))
+        run_on_loop(_serve(config, faults, args.report_lag), args.loop)
     except OSError as exc:
         print(f"thrust serve: error: {exc}", file=sys.stderr)
         return 1
