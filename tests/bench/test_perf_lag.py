@@ -4,7 +4,9 @@ server's half, which `thrust serve --report-lag` writes and `BenchServer` gather
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
+import io
 import time
 
 from thrust.bench.lag import (
@@ -88,3 +90,46 @@ def test_bench_server_without_report_lag_has_none() -> None:
     with BenchServer([]) as server:
         time.sleep(0.3)
         assert server.take_lag() is None
+
+
+def test_perf_freezes_what_lives_at_start_up_when_asked() -> None:
+    from thrust.bench.perf import PerfOptions, _Run
+
+    gc.unfreeze()
+    try:
+
+        async def scenario(freeze: bool) -> int:
+            _Run(PerfOptions(gc_freeze=freeze), out=io.StringIO())._freeze()
+            return gc.get_freeze_count()
+
+        assert asyncio.run(scenario(False)) == 0
+        assert asyncio.run(scenario(True)) > 0
+    finally:
+        gc.unfreeze()
+
+
+def test_thrust_serve_freezes_after_start_up_unless_told_not_to() -> None:
+    from thrust.cli.serve import _serve
+    from thrust.server.app import ServerConfig
+    from thrust.server.faults import Faults
+
+    async def frozen_once_listening(freeze: bool) -> int:
+        gc.unfreeze()
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            task = asyncio.create_task(_serve(ServerConfig(port=0), Faults(), 0.0, freeze))
+            for _ in range(3000):  # up to 30 s on a loaded machine
+                if "listening on" in out.getvalue():
+                    break
+                await asyncio.sleep(0.01)
+            count = gc.get_freeze_count()
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        return count
+
+    try:
+        assert asyncio.run(frozen_once_listening(False)) == 0
+        assert asyncio.run(frozen_once_listening(True)) > 0
+    finally:
+        gc.unfreeze()

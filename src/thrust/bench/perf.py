@@ -21,6 +21,7 @@ import collections
 import contextlib
 import dataclasses
 import functools
+import gc
 import os
 import signal
 import sys
@@ -57,6 +58,7 @@ class PerfOptions:
     warmup: float = 1.0
     live: bool = False
     loop: str = "asyncio"  # the event loop perf runs on (reported in the JSON; `--loop`)
+    gc_freeze: bool = False  # gc.freeze() once the clients have started (`--gc-freeze`)
     # the embedded server's loop lag and GC pauses since the last call (`BenchServer.take_lag`), when perf
     # started the server; None: not known (another server)
     server_lag: Callable[[], LagWindow | None] | None = None
@@ -196,6 +198,14 @@ class _Run:
         self.lag_window = LagWindow()
         self.lag_rows: list[dict[str, Any]] = []
         self.body = os.urandom(max(1, options.size // 2) + 1).hex()[: max(1, options.size)].encode()
+
+    def _freeze(self) -> None:
+        """`--gc-freeze`: once the clients are up, what is alive (modules, channels, the clients) lives for
+        the whole run; frozen, the full collections stop walking it (docs/benchmarks.md, "The main job's
+        latency tails"). An application can do the same after its own start-up."""
+        if self.o.gc_freeze:
+            gc.collect()
+            gc.freeze()
 
     # -- producer ----------------------------------------------------------------------------------------
 
@@ -342,6 +352,7 @@ class _Run:
         try:
             for p in producers:
                 await p.start()
+            self._freeze()
             self.send_recorder.restart()
             cpu = time.process_time()
             share = o.rate / len(producers) if o.rate > 0 else 0.0
@@ -395,6 +406,7 @@ class _Run:
         )
         try:
             await consumer.start()
+            self._freeze()
             self.recv_recorder.restart()
             await self.consuming_done.wait()
         finally:
@@ -437,6 +449,7 @@ class _Run:
 
         try:
             await consumer.start()
+            self._freeze()
             self.recv_recorder.restart()
             tasks = [asyncio.create_task(loop()) for _ in range(max(1, o.receivers))]
             await self.consuming_done.wait()

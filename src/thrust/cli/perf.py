@@ -83,6 +83,13 @@ def _add_common(p: argparse.ArgumentParser) -> None:
         default="asyncio",
         help="the event loop of the embedded server perf starts (thrust serve --loop; default asyncio)",
     )
+    g.add_argument(
+        "--gc-freeze",
+        choices=("on", "off"),
+        default="on",
+        help="gc.freeze() once the clients have started, in perf's process and in the server it starts"
+        " (thrust serve --gc-freeze): full collections then skip the start-up objects (default on)",
+    )
     g.add_argument("--json", default=None, metavar="PATH", help="write the results as JSON")
     g.add_argument("--plot", default=None, metavar="PATH", help="write a PNG of msg/s and latency")
     g.add_argument(
@@ -195,6 +202,7 @@ def options_from_args(args: argparse.Namespace) -> Any:
     else:
         o.live = args.live == "on"
     o.loop = args.loop
+    o.gc_freeze = args.gc_freeze == "on"
     if mode in ("produce", "e2e"):
         o.rate = args.rate
         o.producers = args.producers
@@ -262,6 +270,7 @@ def server_args(args: argparse.Namespace, topics: list[str]) -> list[str]:
     # --report-lag: the server writes its loop lag and GC pauses on stdout every half second, which
     # BenchServer gathers for the lag column of each interval (thrust.bench.lag).
     out = ["--log-level", "WARNING", "--report-lag", "0.5", "--loop", getattr(args, "server_loop", "asyncio")]
+    out += ["--gc-freeze", getattr(args, "gc_freeze", "on")]
     for t in topics:
         out += ["--topic", f"{t}:{queues}:{kind}"]
     group = getattr(args, "group", "perf-group")
