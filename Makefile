@@ -13,9 +13,14 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # The main job: `thrust perf e2e` for 20 s. Without --endpoints it starts `thrust serve` in a
-# subprocess; a producer and a push consumer run against it, with pulsar-perf style lines every 5 s.
+# subprocess; a producer and a push consumer run against it, with pulsar-perf style lines every 5 s and,
+# beside each interval, the event-loop lag and GC pauses of both processes. Two choices of the harness
+# (docs/benchmarks.md, "The main job's latency tails"): the producer's linger batch (up to 32 messages per
+# SendMessage, 2 ms), since one message per call costs the Python server ~750 µs of CPU each and 1,000/s
+# of them plus the consumer's calls fill this 2-core machine; and one consumption thread, since perf's
+# listener only records a sample and 20 threads contending for the GIL put 100-700 ms tails on sends.
 run: $(STAMP)
-	$(BIN)/thrust perf e2e --duration 20 --interval 5 --rate 1000
+	$(BIN)/thrust perf e2e --duration 20 --interval 5 --rate 1000 --linger-batch 32 --linger-batch-ms 2 --threads 1
 
 # A shorter tour: normal, FIFO and delay messages through Producer and SimpleConsumer, all accounted for.
 demo: $(STAMP)
