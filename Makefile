@@ -18,7 +18,8 @@ $(STAMP): pyproject.toml
 # (docs/benchmarks.md, "The main job's latency tails"): the producer's linger batch (up to 32 messages per
 # SendMessage, 2 ms), since one message per call costs the Python server ~750 µs of CPU each and 1,000/s
 # of them plus the consumer's calls fill this 2-core machine; and one consumption thread, since perf's
-# listener only records a sample and 20 threads contending for the GIL put 100-700 ms tails on sends.
+# listener only records a sample and, when other work shares the cores, 20 threads contending for the
+# GIL and the CPUs put 100-700 ms tails on the sends.
 run: $(STAMP)
 	$(BIN)/thrust perf e2e --duration 20 --interval 5 --rate 1000 --linger-batch 32 --linger-batch-ms 2 --threads 1
 
