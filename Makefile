@@ -13,9 +13,15 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # The main job: `thrust perf e2e` for 20 s. Without --endpoints it starts `thrust serve` in a
-# subprocess; a producer and a push consumer run against it, with pulsar-perf style lines every 5 s.
+# subprocess; a producer and a push consumer run against it, with pulsar-perf style lines every 5 s and,
+# beside each interval, the event-loop lag and GC pauses of both processes. Two choices of the harness
+# (docs/benchmarks.md, "The main job's latency tails"): the producer's linger batch (up to 32 messages per
+# SendMessage, 2 ms), since one message per call costs the Python server ~750 µs of CPU each and 1,000/s
+# of them plus the consumer's calls fill this 2-core machine; and one consumption thread, since perf's
+# listener only records a sample and, when other work shares the cores, 20 threads contending for the
+# GIL and the CPUs put 100-700 ms tails on the sends.
 run: $(STAMP)
-	$(BIN)/thrust perf e2e --duration 20 --interval 5 --rate 1000
+	$(BIN)/thrust perf e2e --duration 20 --interval 5 --rate 1000 --linger-batch 32 --linger-batch-ms 2 --threads 1
 
 # A shorter tour: normal, FIFO and delay messages through Producer and SimpleConsumer, all accounted for.
 demo: $(STAMP)
@@ -50,6 +56,9 @@ docs: $(STAMP)
 #    Then, on the same clusters, the tests marked `realfaults` (tests/reliability/test_real_cluster.py:
 #    R1-R3 kill and restart the two-broker cluster's JVMs through `thrust cluster`'s control socket), alone,
 #    since nothing else may use a cluster whose proxy is down. Both run even if the first fails.
+# Between the two, the client suites (tests/client, tests/push) once more with every loop on uvloop
+# ($THRUST_TEST_LOOP, tests/conftest.py; issue 17 item 7), against the embedded server, without coverage:
+# UVLOOP_SUITES took 45 s at load 2.0 and 53 s at load 4.6 (187 tests, -n 4) on two cores.
 # Phase 1 measures branch coverage of thrust in the test processes (pytest-cov, xdist workers combined;
 # code run in child processes, such as `thrust serve` or the CLI, is not counted) and fails below
 # COV_FLOOR: 76.70 % measured (1,464 tests, on top of 0120547), rounded down. `-p no:thrust` keeps the
@@ -58,9 +67,12 @@ docs: $(STAMP)
 # unmeasured. `--cov-report=term:skip-covered` lists the figure file by file.
 REAL_PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
 COV_FLOOR := 76
+UVLOOP_SUITES := tests/client tests/push
 pytest: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -p no:thrust -n 4 -m "not real and not realfaults" \
 	  --cov=thrust --cov-branch --cov-report= --cov-fail-under=$(COV_FLOOR)
+	THRUST_TEST_LOOP=uvloop $(BIN)/python -m pytest -q -p no:cacheprovider -p no:thrust -n 4 \
+	  -m "not real and not realfaults" $(UVLOOP_SUITES)
 	$(BIN)/thrust cluster --mode both --exec sh -c \
 	  '$(REAL_PYTEST) -n 4 -m real; a=$$?; $(REAL_PYTEST) -m realfaults tests/reliability; b=$$?; [ $$a -eq 0 ] && [ $$b -eq 0 ]'
 

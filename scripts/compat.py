@@ -25,8 +25,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 WORK = ROOT / ".compat"
 PINNED = ("grpcio", "protobuf")
-# What the client tests need beside thrust (the dev extra's test tools, without the linters).
-TEST_TOOLS = ("pytest>=8", "pytest-timeout>=2.3", "pytest-xdist>=3.5", "cryptography>=42")
+# What the client tests need beside thrust (the dev extra's test tools, without the linters; uvloop for
+# tests/client/test_loop_choice.py, which checks the loop `make pytest` runs the client suites on).
+TEST_TOOLS = ("pytest>=8", "pytest-timeout>=2.3", "pytest-xdist>=3.5", "cryptography>=42", "uvloop>=0.17")
 TESTS = ("tests/unit", "tests/client")
 
 

@@ -7,16 +7,32 @@ connection details, one broker (local mode) and two brokers (cluster mode).
 The real clusters are the ones `thrust cluster --mode both --exec` started for this run (`make test`
 does), read from $THRUST_ROCKETMQ; without it, this session starts its own, once per pytest process
 (Java 17 and Maven are required: without them the tests fail and say what to install; they never skip).
+
+$THRUST_TEST_LOOP=uvloop runs every loop the tests make (`asyncio.run`, the sync client's and the
+embedded server's loop threads) on uvloop, through the event loop policy; `make pytest` runs the client
+suites so once (issue 17, item 7). tests/client/test_loop_choice.py checks that it takes effect.
 """
 
 from __future__ import annotations
 
+import asyncio
+import os
 from collections.abc import Iterator
 
 import pytest
 
 from tests.engines import EmbeddedInThread, Engine, real_engine
 from thrust.cluster import STANDARD_GROUPS, STANDARD_TOPICS, ClusterInfo, RocketMQCluster, attach_from_env
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    loop = os.environ.get("THRUST_TEST_LOOP", "asyncio")
+    if loop == "uvloop":
+        import uvloop
+
+        asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+    elif loop != "asyncio":
+        raise pytest.UsageError(f"THRUST_TEST_LOOP={loop!r}: expected asyncio or uvloop")
 
 
 def _cluster(mode: str) -> Iterator[ClusterInfo]:

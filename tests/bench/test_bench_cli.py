@@ -151,3 +151,18 @@ def test_bench_both_clients_slow_broker_and_assignment_move_short(tmp_path: Path
         # ReceiveMessage on queue 1 but its listener gets nothing within 25 s (reported as inf).
         assert official["median"]["first_receive_ms"] >= 0
         assert math.isfinite(data["scenarios"][sid]["results"]["thrust"]["median"]["first_receive_ms"])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(BENCH_TIMEOUT + 30)
+def test_bench_runs_its_in_process_clients_on_uvloop(tmp_path: Path) -> None:
+    ids = ["drain", "produce"]
+    proc, data = _bench(
+        tmp_path, "--scenarios", ",".join(ids), "--duration", "1", "--warmup", "0.2", "--loop", "uvloop",
+        "--client", "thrust,raw", timeout=BENCH_TIMEOUT,
+    )  # fmt: skip
+    assert data["loop"] == "uvloop"
+    medians = _check_rows(proc, data, ids)
+    assert medians["drain"]["consumed_per_s"] > 0
+    assert medians["produce"]["produced_per_s"] > 0
+    assert data["scenarios"]["produce"]["results"]["raw"]["median"]["produced_per_s"] > 0

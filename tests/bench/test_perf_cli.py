@@ -54,6 +54,12 @@ def test_perf_e2e_bounded_count_adds_up(tmp_path: Path) -> None:
     assert proc.stdout.count("Aggregated latency stats") == 2
     assert data["produce"]["latency"]["count"] > 0 and data["produce"]["latency"]["p50"] > 0
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # beside every interval, the loop lag of perf's process and of the server it started
+    lag_lines = [line for line in proc.stdout.splitlines() if line.startswith("Loop lag p99 / max (ms)")]
+    assert len(lag_lines) == len(data["produce"]["intervals"]) == len(data["lag"])
+    assert all(" --- client: " in line and " --- server: " in line for line in lag_lines)
+    assert any(row["client"]["lag_samples"] > 0 for row in data["lag"])
+    assert any(row["server"] is not None and row["server"]["lag_samples"] > 0 for row in data["lag"])
 
 
 @pytest.mark.slow
@@ -206,3 +212,20 @@ def test_perf_rejects_both_batchings_at_once() -> None:
         except UsageError:
             continue
         raise AssertionError(f"{argv} was accepted")
+
+
+@pytest.mark.slow
+def test_perf_e2e_runs_on_uvloop_in_both_processes(tmp_path: Path) -> None:
+    out_json = tmp_path / "perf.json"
+    proc = subprocess.run(
+        _thrust(
+            "perf", "e2e", "--count", "300", "--interval", "1", "--warmup", "0", "--rate", "400",
+            "--size", "100", "--queues", "2", "--loop", "uvloop", "--server-loop", "uvloop",
+            "--json", str(out_json),
+        ),
+        capture_output=True, text=True, timeout=50, env=_env(), check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(out_json.read_text())
+    assert data["options"]["loop"] == "uvloop" and data["options"]["server_loop"] == "uvloop"
+    assert data["sent_ok"] == 300 and data["received_unique"] == 300

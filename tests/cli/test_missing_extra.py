@@ -1,5 +1,6 @@
 """`thrust perf` without an extra it needs: one line naming it (`pip install 'thrust[cli]'` for HdrHistogram,
-`'thrust[plot]'` for matplotlib), exit code 2."""
+`'thrust[plot]'` for matplotlib, `'thrust[uvloop]'` for `--loop uvloop` of perf, bench and serve), exit
+code 2."""
 
 from __future__ import annotations
 
@@ -27,6 +28,10 @@ sys.exit(main(sys.argv[2:]))
             "plot",
             ["perf", "produce", "--endpoints", "127.0.0.1:1", "--count", "1", "--plot", "x.png"],
         ),
+        ("uvloop", "uvloop", ["perf", "produce", "--endpoints", "127.0.0.1:1", "--loop", "uvloop"]),
+        ("uvloop", "uvloop", ["perf", "e2e", "--count", "1", "--server-loop", "uvloop"]),
+        ("uvloop", "uvloop", ["bench", "--scenarios", "produce", "--loop", "uvloop"]),
+        ("uvloop", "uvloop", ["serve", "--port", "0", "--loop", "uvloop"]),
     ],
 )
 def test_a_missing_optional_module_names_the_extra(
@@ -44,7 +49,7 @@ def test_a_missing_optional_module_names_the_extra(
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
     assert f"pip install 'thrust[{extra}]'" in lines[0] and repr(missing) in lines[0]
-    assert lines[0].startswith("thrust perf: ")
+    assert lines[0].startswith(f"thrust {args[0]}: ")
 
 
 def test_an_unrelated_missing_module_still_raises() -> None:

@@ -70,7 +70,7 @@ def test_built_wheel_serves_and_round_trips_in_a_fresh_venv(tmp_path: Path) -> N
         assert name in names, f"{name} missing from the wheel: {sorted(names)}"
     assert not any(n.startswith(("tests/", "scripts/")) for n in names), sorted(names)
     assert metadata["License-Expression"] == "Apache-2.0"
-    assert set(metadata.get_all("Provides-Extra") or []) >= {"cli", "plot"}
+    assert set(metadata.get_all("Provides-Extra") or []) >= {"cli", "plot", "uvloop"}
     requires = metadata.get_all("Requires-Dist") or []
     # The runtime needs only the wire and the codec; everything else is behind an extra.
     assert sorted(r.split(">")[0].split("<")[0] for r in requires if "extra ==" not in r) == [

@@ -21,6 +21,7 @@ import collections
 import contextlib
 import dataclasses
 import functools
+import gc
 import os
 import signal
 import sys
@@ -28,6 +29,7 @@ import time
 from collections.abc import Callable
 from typing import IO, Any
 
+from thrust.bench.lag import GcPauses, LagWindow, LoopLag, format_line, summarise
 from thrust.bench.stats import Recorder, SampleInbox, Summary, format_interval, format_summary
 from thrust.config import Credentials, TlsConfig
 from thrust.message import ConsumeResult, Message, ReceivedMessage
@@ -55,6 +57,11 @@ class PerfOptions:
     count: int = 0
     warmup: float = 1.0
     live: bool = False
+    loop: str = "asyncio"  # the event loop perf runs on (reported in the JSON; `--loop`)
+    gc_freeze: bool = False  # gc.freeze() once the clients have started (`--gc-freeze`)
+    # the embedded server's loop lag and GC pauses since the last call (`BenchServer.take_lag`), when perf
+    # started the server; None: not known (another server)
+    server_lag: Callable[[], LagWindow | None] | None = None
     # producer
     rate: float = 0.0
     producers: int = 1
@@ -90,6 +97,8 @@ class PerfResult:
     send_errors: int = 0
     received_unique: int = 0
     duplicates: int = 0
+    # per interval, the loop lag and GC pauses of perf's process and of the server's (thrust.bench.lag)
+    lag: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -100,6 +109,7 @@ class PerfResult:
             "send_errors": self.send_errors,
             "received_unique": self.received_unique,
             "duplicates": self.duplicates,
+            "lag": self.lag,
         }
 
 
@@ -183,7 +193,19 @@ class _Run:
         )
         self.seen: set[str] = set()
         self.ids: collections.deque[str] = collections.deque()
+        self.loop_lag = LoopLag()
+        self.gc_pauses = GcPauses()
+        self.lag_window = LagWindow()
+        self.lag_rows: list[dict[str, Any]] = []
         self.body = os.urandom(max(1, options.size // 2) + 1).hex()[: max(1, options.size)].encode()
+
+    def _freeze(self) -> None:
+        """`--gc-freeze`: once the clients are up, what is alive (modules, channels, the clients) lives for
+        the whole run; frozen, the full collections stop walking it (docs/benchmarks.md, "The main job's
+        latency tails"). An application can do the same after its own start-up."""
+        if self.o.gc_freeze:
+            gc.collect()
+            gc.freeze()
 
     # -- producer ----------------------------------------------------------------------------------------
 
@@ -330,6 +352,7 @@ class _Run:
         try:
             for p in producers:
                 await p.start()
+            self._freeze()
             self.send_recorder.restart()
             cpu = time.process_time()
             share = o.rate / len(producers) if o.rate > 0 else 0.0
@@ -383,6 +406,7 @@ class _Run:
         )
         try:
             await consumer.start()
+            self._freeze()
             self.recv_recorder.restart()
             await self.consuming_done.wait()
         finally:
@@ -425,6 +449,7 @@ class _Run:
 
         try:
             await consumer.start()
+            self._freeze()
             self.recv_recorder.restart()
             tasks = [asyncio.create_task(loop()) for _ in range(max(1, o.receivers))]
             await self.consuming_done.wait()
@@ -447,6 +472,14 @@ class _Run:
     def _report(self, sides: list[Recorder]) -> None:
         for rec in sides:
             self.display.line(format_interval(rec.name, rec.report()))
+        # Beside the interval: how late perf's own loop and the server's woke up, and their collections
+        # (issue 17, item 8): a latency tail with a matching lag names the process that stalled.
+        self.lag_window.add(self.loop_lag.take(), self.gc_pauses.take())
+        client = summarise(self.lag_window.take())
+        server_window = self.o.server_lag() if self.o.server_lag is not None else None
+        server = summarise(server_window) if server_window is not None else None
+        self.lag_rows.append({"client": client, "server": server})
+        self.display.line(format_line(client, server))
 
     def _status(self, sides: list[Recorder]) -> None:
         parts = [f"{r.name}: {r.total} msg, {r.current_rate():.0f} msg/s, {r.errors} err" for r in sides]
@@ -477,6 +510,8 @@ class _Run:
 
         with _suppress_not_impl():
             loop.add_signal_handler(signal.SIGINT, on_sigint)
+        self.loop_lag.start()
+        self.gc_pauses.install()
         sides: list[Recorder] = []
         tasks: list[asyncio.Task[None]] = []
         if o.mode in ("consume", "e2e"):
@@ -531,6 +566,8 @@ class _Run:
             self.consuming_done.set()
             await asyncio.gather(*tasks, return_exceptions=True)
             self._drain()
+            self.gc_pauses.uninstall()
+            await self.loop_lag.stop()
             with _suppress_not_impl():
                 loop.remove_signal_handler(signal.SIGINT)
             self.display.clear()
@@ -552,6 +589,7 @@ class _Run:
             send_errors=self.send_recorder.errors,
             received_unique=unique,
             duplicates=self.recv_recorder.total - unique if o.track_ids else 0,
+            lag=self.lag_rows,
         )
 
 

@@ -20,6 +20,8 @@ from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any, Self
 
+from thrust.bench.lag import LagWindow, parse_line
+
 __all__ = ["BenchServer", "ControlServer"]
 
 _LISTENING = re.compile(rb"listening on (\S+):(\d+)")
@@ -45,6 +47,9 @@ class BenchServer:
 
     def _spawn(self, cmd: list[str], brokers: int, startup_timeout: float, *, stdin: int) -> None:
         self._log = tempfile.TemporaryFile()
+        self._lag = LagWindow()
+        self._lag_lock = threading.Lock()
+        self._lag_seen = False
         env = dict(os.environ, PYTHONUNBUFFERED="1", **getattr(self, "_extra_env", {}))
         self.process = subprocess.Popen(
             cmd,
@@ -75,11 +80,23 @@ class BenchServer:
         return self.process.pid
 
     def _drain(self) -> None:
+        # Read line by line: with `thrust serve --report-lag`, the child writes its loop lag and GC pauses
+        # as `thrust-lag` lines, gathered here for `take_lag`.
         stdout = self.process.stdout
         if stdout is not None:
             with contextlib.suppress(ValueError, OSError):
-                while stdout.read(65536):
-                    pass
+                for raw in stdout:
+                    samples = parse_line(raw.decode(errors="replace"))
+                    if samples is not None:
+                        with self._lag_lock:
+                            self._lag.add(*samples)
+                            self._lag_seen = True
+
+    def take_lag(self) -> LagWindow | None:
+        """The server's lag samples and GC pauses since the last call; None before any arrived (the server
+        was started without `--report-lag`, or has not reported yet)."""
+        with self._lag_lock:
+            return self._lag.take() if self._lag_seen else None
 
     def log(self) -> str:
         with contextlib.suppress(OSError, ValueError):

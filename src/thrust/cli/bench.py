@@ -9,7 +9,6 @@ then run 2, ...) so that a drift of the shared machine hits every cell alike.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import math
 import os
@@ -19,6 +18,9 @@ import statistics
 import sys
 import time
 from typing import Any
+
+from thrust.cli.loops import add_loop_argument
+from thrust.cli.loops import run as run_on_loop
 
 __all__ = ["format_table", "register", "run"]
 
@@ -110,6 +112,7 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="print the topics and the group an --endpoints run of this selection needs, and exit",
     )
+    add_loop_argument(p)  # the loop of the in-process runs (thrust, raw); the official and Java are their own
     p.add_argument("--json", default=None, metavar="PATH", help="write every run and the medians as JSON")
     p.set_defaults(func=run)
 
@@ -281,6 +284,10 @@ def run(args: argparse.Namespace) -> int:
         return fail("--repeat must be >= 1 and --duration > 0")
     if not selected:
         return fail("no scenario selected runs on this server")
+    if args.loop != "asyncio":
+        from thrust.cli.loops import loop_factory
+
+        loop_factory(args.loop)  # a missing extra is named now, before any server starts
     target = _target(args)
     ctx = Context(duration=args.duration, warmup=args.warmup, target=target, java_warmup=args.java_warmup)
     if "official" in clients:
@@ -330,7 +337,7 @@ def run(args: argparse.Namespace) -> int:
                         flush=True,
                     )
                     try:
-                        result = asyncio.run(runner(ctx))
+                        result = run_on_loop(runner(ctx), args.loop)
                     except Exception as exc:
                         errors[(label, client)] = f"{type(exc).__name__}: {exc}"[:300]
                         print(f"  failed: {errors[(label, client)]}", file=sys.stderr)
@@ -371,6 +378,7 @@ def run(args: argparse.Namespace) -> int:
             "server": {"kind": target.kind, "title": target.title},
             "duration": args.duration,
             "warmup": args.warmup,
+            "loop": args.loop,
             "java_warmup": args.java_warmup,
             "repeat": args.repeat,
             "size": args.size,

@@ -26,7 +26,7 @@ COMMAND_MODULES: tuple[str, ...] = (
 # Modules of the optional extras, by top-level name: a tool that needs one tells the user which extra to
 # install instead of ending in a bare ModuleNotFoundError (`pip install thrust` has neither; pyproject.toml
 # says which feature needs which).
-OPTIONAL_MODULES: dict[str, str] = {"hdrh": "cli", "matplotlib": "plot"}
+OPTIONAL_MODULES: dict[str, str] = {"hdrh": "cli", "matplotlib": "plot", "uvloop": "uvloop"}
 
 
 def _missing_extra(exc: ModuleNotFoundError) -> tuple[str, str] | None:

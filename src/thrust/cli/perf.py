@@ -10,11 +10,13 @@ included) the aggregated HdrHistogram summary; `--json` and `--plot` save the re
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import sys
 from typing import Any
+
+from thrust.cli.loops import LOOPS, add_loop_argument
+from thrust.cli.loops import run as run_on_loop
 
 __all__ = ["options_from_args", "register", "run"]
 
@@ -74,6 +76,20 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     g.add_argument("--duration", type=_positive_float, default=0.0, help="seconds to run (0 = unlimited)")
     g.add_argument("--warmup", type=_positive_float, default=1.0, help="seconds without latency samples")
     g.add_argument("-i", "--interval", type=float, default=10.0, help="seconds between stats lines (10)")
+    add_loop_argument(g)
+    g.add_argument(
+        "--server-loop",
+        choices=LOOPS,
+        default="asyncio",
+        help="the event loop of the embedded server perf starts (thrust serve --loop; default asyncio)",
+    )
+    g.add_argument(
+        "--gc-freeze",
+        choices=("on", "off"),
+        default="on",
+        help="gc.freeze() once the clients have started, in perf's process and in the server it starts"
+        " (thrust serve --gc-freeze): full collections then skip the start-up objects (default on)",
+    )
     g.add_argument("--json", default=None, metavar="PATH", help="write the results as JSON")
     g.add_argument("--plot", default=None, metavar="PATH", help="write a PNG of msg/s and latency")
     g.add_argument(
@@ -185,6 +201,8 @@ def options_from_args(args: argparse.Namespace) -> Any:
         o.live = sys.stdout.isatty()
     else:
         o.live = args.live == "on"
+    o.loop = args.loop
+    o.gc_freeze = args.gc_freeze == "on"
     if mode in ("produce", "e2e"):
         o.rate = args.rate
         o.producers = args.producers
@@ -249,7 +267,10 @@ def server_args(args: argparse.Namespace, topics: list[str]) -> list[str]:
     """`thrust serve` arguments for the embedded server of this run."""
     queues = args.queues if args.queues is not None else 8
     kind = "FIFO" if args.fifo else ("DELAY" if args.delay else "NORMAL")
-    out = ["--log-level", "WARNING"]
+    # --report-lag: the server writes its loop lag and GC pauses on stdout every half second, which
+    # BenchServer gathers for the lag column of each interval (thrust.bench.lag).
+    out = ["--log-level", "WARNING", "--report-lag", "0.5", "--loop", getattr(args, "server_loop", "asyncio")]
+    out += ["--gc-freeze", getattr(args, "gc_freeze", "on")]
     for t in topics:
         out += ["--topic", f"{t}:{queues}:{kind}"]
     group = getattr(args, "group", "perf-group")
@@ -270,6 +291,11 @@ def run(args: argparse.Namespace) -> int:
     from thrust.bench.perf import run_perf, topic_names
     from thrust.bench.stats import plot
 
+    if args.loop != "asyncio" or args.server_loop != "asyncio":
+        # the uvloop extra missing: say so now (thrust.cli.main names the extra), before any server starts
+        from thrust.cli.loops import loop_factory
+
+        loop_factory("uvloop")
     if args.plot:
         # `plot` imports matplotlib only when it draws, after the whole run; without the [plot] extra, say
         # so now (thrust.cli.main names the extra) rather than after the run.
@@ -298,9 +324,10 @@ def run(args: argparse.Namespace) -> int:
             server = BenchServer(server_args(args, topic_names(options)), env=server_env(args))
             servers.callback(server.close)
             options.endpoints = server.endpoints[0]
+            options.server_lag = server.take_lag
             print(f"embedded server (subprocess) on {options.endpoints}", file=sys.stderr)
         try:
-            result = asyncio.run(run_perf(options))
+            result = run_on_loop(run_perf(options), args.loop)
         except KeyboardInterrupt:  # a second Ctrl-C
             print("interrupted", file=sys.stderr)
             return 130

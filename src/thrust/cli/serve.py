@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -13,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any, Literal
 
+from thrust.cli.loops import add_loop_argument
+from thrust.cli.loops import run as run_on_loop
 from thrust.server.app import MAX_INBOUND_MESSAGE_SIZE, ServerConfig, parse_group, parse_topic
 from thrust.server.faults import Faults, apply_fault_flag
 from thrust.server.service import EmbeddedServer
@@ -230,6 +233,22 @@ def register(subparsers: Any) -> None:
         "polls, release its messages (default 120, like the proxy; 0: never)",
     )
     parser.add_argument("--log-level", default="INFO", help="log level (default INFO)")
+    add_loop_argument(parser)
+    parser.add_argument(
+        "--gc-freeze",
+        choices=("on", "off"),
+        default="on",
+        help="move everything alive once the server listens (modules, grpc, protobuf) out of the "
+        "collector's reach (gc.freeze), so that a full collection walks only what came later (default on)",
+    )
+    parser.add_argument(
+        "--report-lag",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="every SECONDS, write this process's event-loop lag and GC pauses on stdout as one "
+        "`thrust-lag` line (`thrust perf` shows them beside each interval; default 0: off)",
+    )
     for kind in _FAULT_KINDS:
         parser.add_argument(f"--fault-{kind}", action="append", default=[], help=argparse.SUPPRESS)
     parser.add_argument("--fault-seed", type=int, default=0, help=argparse.SUPPRESS)
@@ -305,9 +324,23 @@ def _faults(args: argparse.Namespace) -> Faults:
     return faults
 
 
-async def _serve(config: ServerConfig, faults: Faults) -> None:
+async def _serve(
+    config: ServerConfig, faults: Faults, report_lag: float = 0.0, gc_freeze: bool = False
+) -> None:
     server = EmbeddedServer(config, faults=faults)
     await server.start()
+    lag_task: asyncio.Task[None] | None = None
+    if report_lag > 0:
+        from thrust.bench.lag import report_forever
+
+        lag_task = asyncio.create_task(report_forever(report_lag, lambda line: print(line, flush=True)))
+    if gc_freeze:
+        # A full collection walks every tracked object; after start-up most are the modules of grpc,
+        # protobuf and asyncio, which never die. Frozen, they are skipped, and the full collections of
+        # a server holding many stored messages pause for the messages only (docs/benchmarks.md, "The
+        # main job's latency tails").
+        gc.collect()
+        gc.freeze()
     for endpoint in server.endpoints:
         print(f"listening on {endpoint}", flush=True)
     logger.info(
@@ -327,6 +360,10 @@ async def _serve(config: ServerConfig, faults: Faults) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
         logger.info("stopping")
+        if lag_task is not None:
+            lag_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await lag_task
         await server.stop(grace=1.0)
 
 
@@ -346,7 +383,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"thrust serve: error: {exc}", file=sys.stderr)
         return 2
     try:
-        asyncio.run(_serve(config, faults))
+        run_on_loop(_serve(config, faults, args.report_lag, args.gc_freeze == "on"), args.loop)
     except OSError as exc:
         print(f"thrust serve: error: {exc}", file=sys.stderr)
         return 1
