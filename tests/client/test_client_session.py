@@ -162,19 +162,20 @@ def test_telemetry_commands_answered() -> None:
 
 @pytest.mark.slow
 def test_slow_new_broker_does_not_delay_sends_to_a_healthy_one() -> None:
-    """Broker 1 holds its Settings answer 5 s (below the 6 s a client waits for it): start returns while
+    """Broker 1 holds its Settings answer 10 s (below the 10 + 3 s a client with a 10 s request timeout
+    waits for it; a window that wide leaves a loaded machine time to start and send): start returns while
     that answer is still held, and sends go on to broker 0, each finishing before broker 1's session is
     up; then broker 1 gets its share."""
 
     async def scenario() -> None:
         async with embedded_server(topics=["t"], brokers=2) as srv:
-            srv.faults.delay_settings(5.0, broker=1)
-            async with thrust.Producer(endpoints=srv.endpoints[0], topics=["t"]) as p:
+            srv.faults.delay_settings(10.0, broker=1)
+            async with thrust.Producer(endpoints=srv.endpoints[0], topics=["t"], request_timeout=10.0) as p:
                 session = p.session
                 slow = [ep for ep in session.routes.get("t").endpoints if not session.is_ready(ep)]  # type: ignore[union-attr]
                 # start did not wait for the slow broker: its Settings answer is still held.
                 assert len(slow) == 1, "start waited for the slow broker's Settings answer"
-                assert srv.stats.latency.get((1, "Telemetry")) == 5.0, srv.stats.latency
+                assert srv.stats.latency.get((1, "Telemetry")) == 10.0, srv.stats.latency
                 done_while_slow = 0
                 while not session.is_ready(slow[0]):
                     await p.send(thrust.Message(topic="t", body=b"x"))
