@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -82,7 +83,19 @@ def test_commit_rollback_and_orphan_check(server: Server, tmp_path: Path) -> Non
             received = consumer.of("received")
             assert {e["body"] for e in received} == committed, consumer.describe()
             assert {e["id"] for e in received} == {sent[b]["id"] for b in committed}
-            assert once_each([e["id"] for e in received]) == {}, consumer.describe()
+            twice = once_each([e["id"] for e in received])
+            if srv.embedded is not None:
+                assert twice == {}, consumer.describe()
+            else:
+                # A real broker may commit one half message twice: the checker answers a check with COMMIT,
+                # the op recording it is written up to 3 s later (TransactionalOpBatchService), a check in
+                # between asks again, and each COMMIT writes the message (EndTransactionProcessor ->
+                # TransactionalMessageService.commitMessage, no dedup). So a copy per extra check is allowed,
+                # and nothing else: every extra copy has its own check.
+                checks_of = Counter(e["body"] for e in checks)
+                by_id = {sent[b]["id"]: b for b in sent}
+                for mid, n in twice.items():
+                    assert checks_of[by_id[mid]] >= n, (mid, n, producer.describe(), consumer.describe())
             assert consumer.of("received", drain=True) == []
             assert all(e["type"] == TRANSACTION and e["attempt"] == 1 for e in received)
             if srv.embedded is not None:  # its broker state: rolled-back messages were never stored
