@@ -61,12 +61,13 @@ docs: $(STAMP)
 # UVLOOP_SUITES took 45 s at load 2.0 and 53 s at load 4.6 (187 tests, -n 4) on two cores.
 # Phase 1 measures branch coverage of thrust in the test processes (pytest-cov, xdist workers combined;
 # code run in child processes, such as `thrust serve` or the CLI, is not counted) and fails below
-# COV_FLOOR: 76.70 % measured (1,464 tests, on top of 0120547), rounded down. `-p no:thrust` keeps the
-# package's own pytest plugin (the `thrust_server` fixture, which the suite uses only in child pytest
-# processes) from importing thrust before coverage starts, which would leave every module's top level
-# unmeasured. `--cov-report=term:skip-covered` lists the figure file by file.
+# COV_FLOOR: 77.87 % measured (1,509 tests, CI dry runs of 2 December at 82f7de7), rounded down.
+# `-p no:thrust` keeps the package's own pytest plugin (the `thrust_server` fixture, which the suite uses
+# only in child pytest processes) from importing thrust before coverage starts, which would leave every
+# module's top level unmeasured. `--cov-report=` leaves out the per-file table; pytest-cov still prints
+# the total ("Total coverage: ..."); `--cov-report=term:skip-covered` lists it file by file.
 REAL_PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
-COV_FLOOR := 76
+COV_FLOOR := 77
 UVLOOP_SUITES := tests/client tests/push
 pytest: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -p no:thrust -n 4 -m "not real and not realfaults" \

@@ -4,6 +4,13 @@ Every message is validated before any I/O with the limits the proxy applies (`th
 Its id is assigned once and kept across retries, so a retried message is the same message to the broker.
 Failed sends are retried by the server's producer backoff policy (max 3 attempts, 10 ms -> 1 s by default:
 docs/protocol.md §4.3, §5.6), on another queue / broker each time, skipping endpoints that just failed.
+
+Why one module of ~930 lines (docs/CONVENTIONS.md): every way to send (`send`, `send_async`, `send_batch`,
+the linger batch, a transaction's half message) goes through one path, prepare -> wire -> attempts ->
+outcomes, with one retry policy, one in-flight window and one set of statistics, and a transaction's end
+and the server's check reuse its session and endpoint choice. The parts that stand alone already live
+elsewhere: validation (`_codec.validation`), queue choice (`_core.routes`), the linger batch's state
+(`_core.linger`, `_io.linger`) and latency buckets (`_core.latency`).
 """
 
 from __future__ import annotations
