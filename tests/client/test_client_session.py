@@ -175,7 +175,10 @@ def test_slow_new_broker_does_not_delay_sends_to_a_healthy_one() -> None:
                 slow = [ep for ep in session.routes.get("t").endpoints if not session.is_ready(ep)]  # type: ignore[union-attr]
                 # start did not wait for the slow broker: its Settings answer is still held.
                 assert len(slow) == 1, "start waited for the slow broker's Settings answer"
-                assert srv.stats.latency.get((1, "Telemetry")) == 10.0, srv.stats.latency
+                # The server records the hold when it reads the client's Settings on the stream, which may
+                # come just after start returned: wait for that event, then the answer is being held.
+                await until(lambda: srv.stats.latency.get((1, "Telemetry")) == 10.0)
+                assert not session.is_ready(slow[0])
                 done_while_slow = 0
                 while not session.is_ready(slow[0]):
                     await p.send(thrust.Message(topic="t", body=b"x"))
