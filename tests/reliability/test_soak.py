@@ -24,13 +24,24 @@ def args(**kw: Any) -> argparse.Namespace:
 
 
 def sample(
-    t: float, rss: float, kind: str = "periodic", fds: int = 22, tasks: int = 30, fault: str = ""
+    t: float,
+    rss: float,
+    kind: str = "periodic",
+    fds: int = 22,
+    tasks: int = 30,
+    fault: str = "",
+    sends: int = 0,
 ) -> Sample:
-    return Sample(t, rss, fds, 23, tasks, 0, 0, fault, kind, fds + 7, tasks + 20, 500.0)
+    return Sample(
+        t, rss, fds, 23, tasks, 0, 0, fault, kind, fds + 7, tasks + 20, 500.0, sends_in_flight=sends
+    )
 
 
 def hour(
-    rss_at: Any = lambda t: 60.0, fds_at: Any = lambda t: 22, tasks_at: Any = lambda t: 30
+    rss_at: Any = lambda t: 60.0,
+    fds_at: Any = lambda t: 22,
+    tasks_at: Any = lambda t: 30,
+    sends_at: Any = lambda t: 0,
 ) -> list[Sample]:
     """Samples of a soak with faults every 60 s: periodic every 10 s, checks at 30 + 60 k and at the end."""
     out: list[Sample] = []
@@ -38,8 +49,8 @@ def hour(
         fault = "blackhole" if (t - 30) % 60 < 30 and t >= 30 else ""
         out.append(sample(t, rss_at(t), fault=fault))
         if t % 60 == 30:
-            out.append(sample(t, rss_at(t), "cycle-end", fds_at(t), tasks_at(t)))
-    out.append(sample(3700, rss_at(3700), "final", fds_at(3700), tasks_at(3700)))
+            out.append(sample(t, rss_at(t), "cycle-end", fds_at(t), tasks_at(t), sends=sends_at(t)))
+    out.append(sample(3700, rss_at(3700), "final", fds_at(3700), tasks_at(3700), sends=sends_at(3700)))
     return out
 
 
@@ -96,7 +107,35 @@ def test_fd_or_task_leak_after_a_heal_fails() -> None:
     assert not p5(hour(fds_at=lambda t: 22 + (6 if t > 2000 else 0)))["fd_task_ok"]
     r = p5(hour(tasks_at=lambda t: 30 + t // 500))
     assert not r["fd_task_ok"] and r["fd_task_failures"][0]["t"] == 3030
-    assert p5(hour(tasks_at=lambda t: 30 + (5 if t % 120 == 30 else 0)))["fd_task_ok"]  # within +- 5
+    assert p5(hour(tasks_at=lambda t: 30 + (5 if t % 120 == 30 else 0)))["fd_task_ok"]  # within + 5
+
+
+def test_sends_in_flight_at_a_check_are_not_a_leak() -> None:
+    # A slow server after a restart: 600 sends in flight at some checks, each with one grpc.aio call task.
+    def slow(t: float) -> int:
+        return 600 if t % 240 == 90 else 0
+
+    r = p5(hour(tasks_at=lambda t: 30 + slow(t), sends_at=slow))
+    assert r["fd_task_ok"] and r["tasks_max_delta_at_checks"] == 0
+    # A baseline taken while sends were in flight is judged without them too.
+    r = p5(hour(tasks_at=lambda t: 30 + (168 if t == 30 else 0), sends_at=lambda t: 168 if t == 30 else 0))
+    assert r["fd_task_ok"] and r["task_baseline"] == 30
+    # The same checks with a leak of one task per 100 s under them fail.
+    r = p5(hour(tasks_at=lambda t: 30 + slow(t) + t // 100, sends_at=slow))
+    assert not r["fd_task_ok"] and r["fd_task_failures"][0]["t"] == 630
+    # Tasks beyond the sends in flight still count: 600 calls held by only 500 sends is a leak of 100.
+    r = p5(hour(tasks_at=lambda t: 30 + slow(t), sends_at=lambda t: slow(t) * 5 // 6))
+    assert not r["fd_task_ok"] and r["tasks_max_delta_at_checks"] == 100
+
+
+def test_counts_below_the_baseline_are_not_a_leak() -> None:
+    # A broker's connection closed while it is down, sends waiting out a backoff: fewer, not more.
+    r = p5(
+        hour(
+            fds_at=lambda t: 22 - (3 if t % 240 == 90 else 0), tasks_at=lambda t: 30 - (20 if t > 600 else 0)
+        )
+    )
+    assert r["fd_task_ok"] and r["fds_max_delta_at_checks"] == 0 and r["tasks_max_delta_at_checks"] == 0
 
 
 def test_without_faults_every_sample_is_steady() -> None:
