@@ -1,6 +1,6 @@
 """Soak run (L5, docs/reliability.md §2): steady load with periodic network faults, sampling resources.
 
-Why one module of ~850 lines (docs/CONVENTIONS.md): it is one command (load, faults, sampling, the P5
+Why one module of ~890 lines (docs/CONVENTIONS.md): it is one command (load, faults, sampling, the P5
 figures and their printout) whose parts share the `_Soak` state of a single run; its long docstring
 is the definition of the P5 figures it computes.
 
