@@ -153,7 +153,8 @@ Scenario = Callable[[Ctx], Awaitable[Any]]
 class Row:
     """One request sequence. `brokers`: 1 (the local-mode proxy) or 2 (the cluster-mode proxy).
     `deviation`: the known difference, `{path: (embedded, real)}` as `diff` reports it; empty: equal.
-    `real_broker_config`: broker settings the real brokers need for the row (set at run time first)."""
+    `real_broker_config`: broker settings the real brokers need for the row (set at run time first).
+    `timeout`: seconds for both runs of the scenario (a row that waits on the proxy's caches needs more)."""
 
     name: str
     scenario: Scenario
@@ -161,6 +162,7 @@ class Row:
     deviation: Mapping[str, tuple[Any, Any]] = field(default_factory=dict)
     slow: bool = False
     real_broker_config: Mapping[str, str] = field(default_factory=dict)
+    timeout: float = 55.0
 
 
 MISSING = "<missing>"

@@ -574,9 +574,19 @@ async def _max_attempts(ctx: Ctx) -> Any:
             sp = m.system_properties
             await consumer.change_invisible(group, topic, sp.message_id, sp.receipt_handle, 1)
     # After its last attempt the message goes to %DLQ%<group>: never delivered again.
-    after = _codes(await consumer.receive(group, topic, invisible=20, polling=5))
-    dlq = await consumer.route(f"%DLQ%{group}")
-    return {"attempts": attempts, "after max attempts": after, "dlq route": ctx.n(dlq)}
+    # Upstream moves it there only when a receive of its group pops it after its last attempt
+    # (docs/interop-findings.md F2), and the real broker's revive makes it visible again a few seconds
+    # after its invisible time, sometimes later than one 5 s poll (`_receive_all`). So this receives until
+    # the broker has created %DLQ%<group> (up to 50 s), and compares what every one of those receives
+    # answered: no message, on both servers. A route that never comes is still compared.
+    deadline = time.monotonic() + 50.0
+    after: set[str] = set()
+    while True:
+        after.update(_codes(await consumer.receive(group, topic, invisible=20, polling=5)))
+        dlq = await consumer.route(f"%DLQ%{group}")
+        if dlq.status.code != d.Code.TOPIC_NOT_FOUND or time.monotonic() > deadline:
+            break
+    return {"attempts": attempts, "after max attempts": sorted(after), "dlq route": ctx.n(dlq)}
 
 
 async def _delay_message(ctx: Ctx) -> Any:
@@ -926,7 +936,7 @@ ROWS: list[Row] = [
     Row("fifo-receive-blocks-the-group", _fifo_receive),
     Row("delay-message", _delay_message),
     Row("push-consumer-auto-renew-receive", _auto_renew_receive),
-    Row("max-attempts-then-dead-letter", _max_attempts),
+    Row("max-attempts-then-dead-letter", _max_attempts, slow=True, timeout=110.0),
     Row("expired-handle", _expired_handle, slow=True),
 ]
 
@@ -957,13 +967,19 @@ def _pair(request: pytest.FixtureRequest, row: Row) -> tuple[Engine, Engine]:
 
 
 def _params() -> list[Any]:
-    return [pytest.param(row, id=row.name, marks=[pytest.mark.slow] if row.slow else []) for row in ROWS]
+    out = []
+    for row in ROWS:
+        marks = [pytest.mark.slow] if row.slow else []
+        if row.timeout > 55.0:
+            marks.append(pytest.mark.timeout(row.timeout + 40.0))
+        out.append(pytest.param(row, id=row.name, marks=marks))
+    return out
 
 
 @pytest.mark.parametrize("row", _params())
 def test_differential(row: Row, request: pytest.FixtureRequest) -> None:
     embedded, real = _pair(request, row)
-    got_embedded, got_real = run_pair(embedded, real, row.scenario)
+    got_embedded, got_real = run_pair(embedded, real, row.scenario, row.timeout)
     assert got_real not in (None, {}, []), "a row must compare something"
     found = diff(got_embedded, got_real)
     assert found == dict(row.deviation), (found, got_embedded, got_real)
