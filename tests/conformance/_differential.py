@@ -154,7 +154,7 @@ class Row:
     """One request sequence. `brokers`: 1 (the local-mode proxy) or 2 (the cluster-mode proxy).
     `deviation`: the known difference, `{path: (embedded, real)}` as `diff` reports it; empty: equal.
     `real_broker_config`: broker settings the real brokers need for the row (set at run time first).
-    `timeout`: seconds for both runs of the scenario (a row that waits on the proxy's caches needs more)."""
+    `timeout`: seconds for both runs of the scenario (a row that waits on the broker's revive needs more)."""
 
     name: str
     scenario: Scenario
