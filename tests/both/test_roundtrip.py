@@ -44,7 +44,8 @@ async def dead_letter_consumer(
             if asyncio.get_running_loop().time() > deadline:
                 raise AssertionError(f"%DLQ%{group} never became routable") from None
             if group_consumer is not None:
-                assert await group_consumer.receive(32, 5) == []
+                # Invisible 10 s, the proxy's minimum; each waits the consumer's await_duration.
+                assert await group_consumer.receive(32, 10) == []
             else:
                 await asyncio.sleep(0.5)
 
