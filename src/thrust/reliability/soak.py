@@ -664,9 +664,9 @@ def _p5(state: _Soak) -> dict[str, Any]:
     if ref is not None:
         ref_tasks = ref.tasks - ref.sends_in_flight
         for s in checks[1:]:
-            fd_delta = max(fd_delta, s.fds - ref.fds)
-            task_delta = max(task_delta, s.tasks - s.sends_in_flight - ref_tasks)
-            if s.fds - ref.fds > FD_TASK_SLACK or s.tasks - s.sends_in_flight - ref_tasks > FD_TASK_SLACK:
+            fd_excess, task_excess = s.fds - ref.fds, s.tasks - s.sends_in_flight - ref_tasks
+            fd_delta, task_delta = max(fd_delta, fd_excess), max(task_delta, task_excess)
+            if fd_excess > FD_TASK_SLACK or task_excess > FD_TASK_SLACK:
                 bad_checks.append(
                     {"t": s.t, "kind": s.kind, "fds": s.fds, "tasks": s.tasks, "sends": s.sends_in_flight}
                 )
