@@ -148,6 +148,9 @@ class Ctx:
 
 Scenario = Callable[[Ctx], Awaitable[Any]]
 
+ROW_TIMEOUT = 55.0
+"""Seconds for both runs of a row's scenario, unless the row sets more: within pytest's 90 s timeout."""
+
 
 @dataclass(frozen=True)
 class Row:
@@ -162,7 +165,7 @@ class Row:
     deviation: Mapping[str, tuple[Any, Any]] = field(default_factory=dict)
     slow: bool = False
     real_broker_config: Mapping[str, str] = field(default_factory=dict)
-    timeout: float = 55.0
+    timeout: float = ROW_TIMEOUT
 
 
 MISSING = "<missing>"
@@ -194,7 +197,9 @@ async def _one(engine: Engine, scenario: Scenario) -> Any:
         await ctx.close()
 
 
-def run_pair(embedded: Engine, real: Engine, scenario: Scenario, timeout: float = 55.0) -> tuple[Any, Any]:
+def run_pair(
+    embedded: Engine, real: Engine, scenario: Scenario, timeout: float = ROW_TIMEOUT
+) -> tuple[Any, Any]:
     """Run `scenario` against both servers at once; (embedded result, real result)."""
 
     async def both() -> tuple[Any, Any]:

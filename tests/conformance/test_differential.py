@@ -18,7 +18,7 @@ import grpc
 import pytest
 
 from tests.conformance._differential import MISSING as _MISSING
-from tests.conformance._differential import Ctx, Row, diff, run_pair
+from tests.conformance._differential import ROW_TIMEOUT, Ctx, Row, diff, run_pair
 from tests.engines import EmbeddedInThread, Engine, real_engine
 from tests.server._wire import Wire, handles, message, messages_of
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as d
@@ -970,7 +970,7 @@ def _params() -> list[Any]:
     out = []
     for row in ROWS:
         marks = [pytest.mark.slow] if row.slow else []
-        if row.timeout > 55.0:
+        if row.timeout > ROW_TIMEOUT:
             marks.append(pytest.mark.timeout(row.timeout + 40.0))
         out.append(pytest.param(row, id=row.name, marks=marks))
     return out
