@@ -91,6 +91,26 @@ class TlsConfig:
         return read(self.ca_file), read(self.key_file), read(self.cert_file)
 
 
+def credentials_from(
+    access_key: str | None,
+    secret_key: str | None,
+    session_token: str | None = None,
+    *,
+    access_key_source: str = "ROCKETMQ_ACCESS_KEY",
+    secret_key_source: str = "ROCKETMQ_SECRET_KEY",
+) -> Credentials | None:
+    """`Credentials` from an access key and a secret key that may come from different places (a flag and
+    an environment variable): None when both are missing, a `ValueError` naming the missing one (by its
+    `..._source`) when only one is there."""
+    if not access_key and not secret_key:
+        return None
+    if not secret_key:
+        raise ValueError(f"an access key needs its secret key: set {secret_key_source}")
+    if not access_key:
+        raise ValueError(f"a secret key needs its access key: set {access_key_source}")
+    return Credentials(access_key=access_key, secret_key=secret_key, session_token=session_token or None)
+
+
 def _as_endpoints(value: str | Iterable[str]) -> str:
     if isinstance(value, str):
         parts = [p.strip() for p in value.replace(",", ";").split(";")]
@@ -190,6 +210,9 @@ class ClientConfig:
         `ROCKETMQ_ACCESS_KEY` + `ROCKETMQ_SECRET_KEY` (+ `ROCKETMQ_SESSION_TOKEN`), `ROCKETMQ_TLS`
         (1/0), `ROCKETMQ_TLS_CA_FILE`, `ROCKETMQ_TLS_CERT_FILE`, `ROCKETMQ_TLS_KEY_FILE`,
         `ROCKETMQ_TLS_SERVER_NAME`, `ROCKETMQ_REQUEST_TIMEOUT` (seconds, float).
+
+        `credentials=` (None included) replaces the `ROCKETMQ_ACCESS_KEY` / `ROCKETMQ_SECRET_KEY` pair, which
+        is then not read; without it, one of the two set alone is a `ValueError` naming the other.
         """
         env = os.environ if environ is None else environ
 
@@ -202,13 +225,12 @@ class ClientConfig:
             kwargs["endpoints"] = endpoints
         if (namespace := get("NAMESPACE")) is not None:
             kwargs["namespace"] = namespace
-        ak, sk = get("ACCESS_KEY"), get("SECRET_KEY")
-        if ak or sk:
-            if not (ak and sk):
-                raise ValueError("ROCKETMQ_ACCESS_KEY and ROCKETMQ_SECRET_KEY go together")
-            kwargs["credentials"] = Credentials(
-                access_key=ak, secret_key=sk, session_token=get("SESSION_TOKEN")
-            )
+        if "credentials" not in overrides:
+            # Read only when no `credentials=` is given: the keyword wins, even over a half-set
+            # environment (an exported secret with the access key given in code or on a command line).
+            ak, sk = get("ACCESS_KEY"), get("SECRET_KEY")
+            if ak or sk:
+                kwargs["credentials"] = credentials_from(ak, sk, get("SESSION_TOKEN"))
         tls_flag = (env.get(_ENV_PREFIX + "TLS") or "").strip().lower()
         if tls_flag not in _TRUE | _FALSE:
             raise ValueError(f"ROCKETMQ_TLS must be one of 1/0/true/false, not {tls_flag!r}")

@@ -101,3 +101,18 @@ def test_replace_changes_some_fields_validates_them_and_leaves_the_original_alon
         base.replace(keepalive_interval=0.01)
     with pytest.raises(TypeError):
         base.replace(no_such_field=1)
+
+
+def test_from_env_credentials_keyword_wins_over_a_half_set_environment() -> None:
+    only_secret = {"ROCKETMQ_ENDPOINTS": "127.0.0.1:8081", "ROCKETMQ_SECRET_KEY": "env-sk"}
+    given = Credentials(access_key="ak", secret_key="sk")
+    assert ClientConfig.from_env(only_secret, credentials=given).credentials is given
+    assert ClientConfig.from_env(only_secret, credentials=None).credentials is None
+    # Without the keyword, a half pair is a ValueError naming the missing variable.
+    with pytest.raises(ValueError, match="ROCKETMQ_ACCESS_KEY"):
+        ClientConfig.from_env(only_secret)
+    with pytest.raises(ValueError, match="ROCKETMQ_SECRET_KEY"):
+        ClientConfig.from_env({"ROCKETMQ_ENDPOINTS": "127.0.0.1:8081", "ROCKETMQ_ACCESS_KEY": "ak"})
+    both = {**only_secret, "ROCKETMQ_ACCESS_KEY": "env-ak", "ROCKETMQ_SESSION_TOKEN": "tok"}
+    creds = ClientConfig.from_env(both).credentials
+    assert creds == Credentials(access_key="env-ak", secret_key="env-sk", session_token="tok")

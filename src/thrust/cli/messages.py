@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator
 from typing import Any, TextIO
 
-from thrust.config import ClientConfig, Credentials, TlsConfig
+from thrust.config import ClientConfig, TlsConfig, credentials_from
 from thrust.errors import ThrustError
 from thrust.message import FilterExpression, Message, ReceivedMessage
 
@@ -131,10 +131,16 @@ def _config(args: argparse.Namespace) -> ClientConfig:
     if args.namespace is not None:
         overrides["namespace"] = args.namespace
     if args.access_key or args.secret_key:
-        secret = args.secret_key or os.environ.get("ROCKETMQ_SECRET_KEY")
-        if not (args.access_key and secret):
-            raise ValueError("--access-key needs a secret: --secret-key or $ROCKETMQ_SECRET_KEY")
-        overrides["credentials"] = Credentials(access_key=args.access_key, secret_key=secret)
+        # A flag wins over its variable; the other half may come from the environment (the --access-key
+        # help recommends the secret in $ROCKETMQ_SECRET_KEY).
+        env = os.environ
+        overrides["credentials"] = credentials_from(
+            args.access_key or env.get("ROCKETMQ_ACCESS_KEY"),
+            args.secret_key or env.get("ROCKETMQ_SECRET_KEY"),
+            env.get("ROCKETMQ_SESSION_TOKEN"),
+            access_key_source="--access-key or $ROCKETMQ_ACCESS_KEY",
+            secret_key_source="--secret-key or $ROCKETMQ_SECRET_KEY",
+        )
     if args.tls or args.tls_ca or args.tls_server_name:
         overrides["tls"] = TlsConfig(ca_file=args.tls_ca, server_name=args.tls_server_name)
     if args.request_timeout is not None:
