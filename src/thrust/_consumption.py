@@ -50,16 +50,18 @@ Results = list[tuple[T, bool]]
 
 
 class RateLimitedLog:
-    """Logs a listener failure at most once per `interval` seconds, counting what it suppressed.
+    """Logs a failure at most once per `interval` seconds, counting what it suppressed.
 
     A listener that fails for every message must not turn into one log record per message (conventions:
-    no per-message logging unless DEBUG is enabled); the first failure carries the traceback.
+    no per-message logging unless DEBUG is enabled); the first failure carries the traceback. `template`
+    words the record (`%s` is the failure); the default is a listener's.
     """
 
-    __slots__ = ("_interval", "_last", "_lock", "_suppressed", "total")
+    __slots__ = ("_interval", "_last", "_lock", "_suppressed", "_template", "total")
 
-    def __init__(self, interval: float = 10.0) -> None:
+    def __init__(self, interval: float = 10.0, template: str = "listener %s; counted as FAILURE") -> None:
         self._interval = interval
+        self._template = template
         self._last = -float("inf")
         self._suppressed = 0
         self._lock = threading.Lock()
@@ -78,9 +80,9 @@ class RateLimitedLog:
                 emit = True
         if emit:
             more = f" ({suppressed} more since the last report)" if suppressed else ""
-            logger.warning("listener %s; counted as FAILURE%s", what, more, exc_info=exc)
+            logger.warning(self._template + "%s", what, more, exc_info=exc)
         elif logger.isEnabledFor(logging.DEBUG):
-            logger.debug("listener %s; counted as FAILURE", what, exc_info=exc)
+            logger.debug(self._template, what, exc_info=exc)
 
 
 class ExecutorStats:

@@ -25,6 +25,7 @@ __all__ = [
     "MessageCorruptedError",
     "NotFoundError",
     "PayloadTooLargeError",
+    "PayloadTooLargeValidationError",
     "ThrustError",
     "TimeoutError",
     "TooManyRequestsError",
@@ -75,8 +76,12 @@ class BadRequestError(ThrustError):
     """The server (or local validation) refused the request as malformed: 400xx."""
 
 
-class ValidationError(BadRequestError):
-    """Refused by local validation before any I/O; the same limits the server applies."""
+class ValidationError(BadRequestError, ValueError):
+    """Refused by local validation before any I/O; the same limits the server applies.
+
+    Also a builtin `ValueError` (an invalid argument), so `except ValueError:` catches it too. A body or
+    properties over the limits raise its subclass `PayloadTooLargeValidationError`, which is also a
+    `PayloadTooLargeError`."""
 
 
 class InvalidReceiptHandleError(BadRequestError):
@@ -97,6 +102,14 @@ class NotFoundError(ThrustError):
 
 class PayloadTooLargeError(BadRequestError):
     """413xx / 431xx: body or properties over the limits."""
+
+
+class PayloadTooLargeValidationError(ValidationError, PayloadTooLargeError):
+    """A body or properties over the limits, refused by local validation before any I/O (the code is the
+    one the server answers for the same message: MESSAGE_BODY_TOO_LARGE, MESSAGE_PROPERTIES_TOO_LARGE).
+
+    Both a `ValidationError` (nothing was sent) and a `PayloadTooLargeError` (what a server refusal of the
+    same message raises), so either `except` clause catches it."""
 
 
 class TooManyRequestsError(ThrustError):
@@ -155,6 +168,12 @@ _EXACT: dict[int, type[ThrustError]] = {
     Code.MESSAGE_PROPERTIES_TOO_LARGE: PayloadTooLargeError,
     Code.NOT_IMPLEMENTED: UnsupportedError,
 }
+
+
+def validation_error(message: str, code: Code) -> ValidationError:
+    """The typed error of a local validation failure with the status `code` the server would answer."""
+    cls = PayloadTooLargeValidationError if _EXACT.get(code) is PayloadTooLargeError else ValidationError
+    return cls(message, code=code)
 
 
 def error_for_status(code: int, message: str, *, request_id: str | None = None) -> ThrustError:

@@ -14,6 +14,9 @@ from datetime import datetime
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
+from thrust._codec import validation
+from thrust.errors import validation_error
+
 if TYPE_CHECKING:
     from thrust._core.endpoints import Endpoint
 
@@ -132,10 +135,10 @@ class Message:
 
     Args:
         topic: the topic name (without namespace).
-        body: the payload, non-empty bytes.
-        tag: optional tag the consumers filter on.
-        keys: optional business keys (indexed by the broker).
-        properties: optional user properties (`str -> str`).
+        body: the payload, non-empty bytes (a `str` is refused: encode it).
+        tag: optional tag the consumers filter on; not blank, no `|` (None: no tag).
+        keys: optional business keys (indexed by the broker); none blank.
+        properties: optional user properties (`str -> str`); no key or value blank.
         message_group: FIFO group; messages of one group are delivered in send order.
         delivery_time: deliver no earlier than this time (timezone-aware datetime or epoch seconds).
         delay: deliver after this many seconds from now (a shortcut for `delivery_time`).
@@ -143,8 +146,14 @@ class Message:
             MESSAGE_PROPERTY_CONFLICT_WITH_TYPE). See "Priority" below.
 
     A message with `message_group` is FIFO; with a delivery time it is DELAY; with a priority PRIORITY.
-    Those are mutually exclusive (the server answers MESSAGE_PROPERTY_CONFLICT_WITH_TYPE), and
-    `Producer.send` rejects the combination before any I/O.
+    Those are mutually exclusive (the server answers MESSAGE_PROPERTY_CONFLICT_WITH_TYPE).
+
+    The fields are checked here, as the Java client's `MessageBuilder` does, and against the limits the
+    server applies that depend on nothing else (topic name, tag, keys, properties and their 16 KiB, message
+    group, priority): an invalid one raises `thrust.ValidationError` (a `PayloadTooLargeValidationError`
+    for properties over the limits) with the status code the server would answer. What depends on the
+    server or the clock (body size, the topic's type, a delivery time more than a day ahead) is checked by
+    `Producer.send`, still before any I/O.
 
     Priority (RocketMQ 5.4+, and the embedded server): the broker that takes the message stores it in
     queue `min(priority, queues - 1)` of the topic, and a receive from that broker takes the highest
@@ -192,19 +201,35 @@ class Message:
             raise ValueError("give either delivery_time or delay, not both")
         if isinstance(body, (bytearray, memoryview)):
             body = bytes(body)
+        key_tuple = (keys,) if isinstance(keys, str) else tuple(keys)
+        props = MappingProxyType(dict(properties)) if properties else _EMPTY
+        if delay is not None:
+            timestamp: float | None = time.time() + float(delay)
+        elif delivery_time is not None:
+            timestamp = _epoch(delivery_time)
+        else:
+            timestamp = None
+        try:
+            validation.check_new_message(
+                topic=topic,
+                body=body,
+                tag=tag,
+                keys=key_tuple,
+                properties=props,
+                message_group=message_group,
+                delivery_timestamp=timestamp,
+                priority=priority,
+            )
+        except validation.Invalid as exc:
+            raise validation_error(exc.message, exc.code) from None
         s = object.__setattr__
         s(self, "topic", topic)
         s(self, "body", body)
         s(self, "tag", tag)
-        s(self, "keys", (keys,) if isinstance(keys, str) else tuple(keys))
-        s(self, "properties", MappingProxyType(dict(properties)) if properties else _EMPTY)
+        s(self, "keys", key_tuple)
+        s(self, "properties", props)
         s(self, "message_group", message_group)
-        if delay is not None:
-            s(self, "delivery_timestamp", time.time() + float(delay))
-        elif delivery_time is not None:
-            s(self, "delivery_timestamp", _epoch(delivery_time))
-        else:
-            s(self, "delivery_timestamp", None)
+        s(self, "delivery_timestamp", timestamp)
         s(self, "priority", priority)
 
     @property

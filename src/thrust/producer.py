@@ -43,7 +43,7 @@ from thrust._io.telemetry import TelemetryHandler
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as pb
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as spb
 from thrust.config import ClientConfig, Credentials, TlsConfig
-from thrust.errors import ClientClosedError, ThrustError, ValidationError
+from thrust.errors import ClientClosedError, ThrustError, ValidationError, validation_error
 from thrust.message import Message, MessageType, ReceivedMessage, SendReceipt, TransactionResolution
 
 __all__ = ["LatencySummary", "Producer", "ProducerStats", "Transaction", "TransactionChecker"]
@@ -415,6 +415,7 @@ class Producer:
         entries, the typed error of the first refused entry is raised."""
         if not messages:
             return []
+        _check_batch(messages)
         session = await self._ready()
         prepared = self._prepare(list(messages), session, transactional=False)
         assert self._window is not None
@@ -426,16 +427,10 @@ class Producer:
         _check(validation.check_topic, topic)
         settings = session.settings
         now = time.time()
-        groups = {m.message_group for m in messages}
-        if len(groups) > 1:
-            raise ValidationError("a batch may not mix message groups", code=Code.MESSAGE_CORRUPTED)
+        _check_batch(messages)
         pbs = []
         ids = []
         for m in messages:
-            if not isinstance(m, Message):
-                raise TypeError(f"expected thrust.Message, got {type(m).__name__}")
-            if m.topic != topic:
-                raise ValidationError("a batch must have one topic", code=Code.MESSAGE_CORRUPTED)
             _check_type(m, transactional)
             message_id = _checked_id(m, settings.max_body_size, now)
             pbs.append(self._wire(m, message_id, now, transactional))
@@ -895,26 +890,43 @@ def _check(fn: Callable[..., None], *args: Any, **kwargs: Any) -> None:
     try:
         fn(*args, **kwargs)
     except validation.Invalid as exc:
-        raise ValidationError(exc.message, code=exc.code) from None
+        raise validation_error(exc.message, exc.code) from None
 
 
 def _checked_id(m: Message, max_body_size: int, now: float) -> str:
-    """A new message id for `m`, once `m` passed every per-message check of the proxy (no I/O on bad
-    input; `_check_type` is the caller's)."""
-    message_id = new_message_id()
-    _check(
-        validation.check_send_message,
-        body=m.body,
-        message_id=message_id,
-        properties=m.properties,
-        tag=m.tag,
-        keys=m.keys,
-        message_group=m.message_group,
-        delivery_timestamp=m.delivery_timestamp,
-        now=now,
-        max_body_size=max_body_size,
-    )
-    return message_id
+    """A new message id for `m`, once `m` passed the per-message checks of the proxy that `Message` could
+    not make when it was built (`validation.check_new_message` made the others): the body against the
+    server's size limit and the delivery time against the clock (no I/O on bad input; `_check_type` is the
+    caller's)."""
+    try:
+        validation.check_body(m.body, max_body_size)
+        if m.delivery_timestamp is not None:
+            validation.check_delivery_timestamp(m.delivery_timestamp, now)
+    except validation.Invalid as exc:
+        raise validation_error(exc.message, exc.code) from None
+    return new_message_id()
+
+
+def _check_batch(messages: Sequence[Message]) -> None:
+    """A batch is one topic, one message type and (FIFO) one message group, as the Java client's
+    `ProducerImpl.send0` requires before any I/O ("Messages to send have different topics"). Its
+    IllegalArgumentException is a BAD_REQUEST here; the proxy answers a batch of several topics
+    MESSAGE_CORRUPTED (`SendMessageActivity`: "topic in message is not same"), a code that names a
+    corrupted body elsewhere."""
+    first = messages[0]
+    if not isinstance(first, Message):
+        raise TypeError(f"expected thrust.Message, got {type(first).__name__}")
+    for m in messages:
+        if not isinstance(m, Message):
+            raise TypeError(f"expected thrust.Message, got {type(m).__name__}")
+        if m.topic != first.topic:
+            raise ValidationError("messages to send have different topics", code=Code.BAD_REQUEST)
+        if m.message_type != first.message_type:
+            raise ValidationError("messages to send have different types", code=Code.BAD_REQUEST)
+        if m.message_group != first.message_group:
+            raise ValidationError(
+                "FIFO messages to send have different message groups", code=Code.BAD_REQUEST
+            )
 
 
 def _check_type(message: Message, transactional: bool) -> None:

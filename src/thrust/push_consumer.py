@@ -46,6 +46,7 @@ from types import TracebackType
 from typing import TypeAlias
 
 from thrust._codec import convert, validation
+from thrust._codec.filter import compile_filter
 from thrust._consumption import ListenerExecutor, RateLimitedLog, is_async_callable
 from thrust._core.ack import AckBatcher, AckConfig
 from thrust._core.assignment import AssignmentTable
@@ -62,7 +63,7 @@ from thrust._push.state import ACK_RETRY_WINDOW, MiB, _Delivery, _Queue, logger
 from thrust._push.telemetry import _PushTelemetry
 from thrust._push.tracing import traced_invoke
 from thrust.config import ClientConfig, Credentials, TlsConfig
-from thrust.errors import ClientClosedError, ValidationError
+from thrust.errors import ClientClosedError, ThrustError, validation_error
 from thrust.message import ConsumeResult, FilterExpression, ReceivedMessage
 from thrust.producer import _config
 
@@ -103,7 +104,9 @@ class PushConsumerStats:
     nacks_pending, dead_letters_pending. Counters: received, consumed, consume_failures, acked,
     acks_dropped_invalid (INVALID_RECEIPT_HANDLE and other 400xx), acks_dropped_expired (gave up by age),
     acks_dropped_overflow (retry set full), ack_rpcs, ack_attempts, nacked, dead_lettered,
-    receive_failures, queues_dropped.
+    receive_failures, queues_dropped. `last_receive_error`: the typed error of the most recent failed
+    receive (None while none failed); a failure a retry cannot cure (`retriable` False, such as a
+    subscription the server refuses) keeps failing every receive, and is also logged every 10 s.
     """
 
     queues: tuple[QueueStats, ...]
@@ -128,6 +131,7 @@ class PushConsumerStats:
     dead_lettered: int
     receive_failures: int
     queues_dropped: int
+    last_receive_error: ThrustError | None = None
 
 
 class PushConsumer(Assignments):
@@ -198,12 +202,15 @@ class PushConsumer(Assignments):
         )
         if not subscriptions:
             raise ValueError("subscriptions must name at least one topic")
+        filters = {t: FilterExpression.of(f) for t, f in subscriptions.items()}
         try:
             validation.check_group(group)
-            for topic in subscriptions:
+            for topic, f in filters.items():
                 validation.check_topic(topic)
+                # A malformed SQL92 filter fails here, before any I/O (SimpleConsumer's `_checked_filter`).
+                compile_filter(int(f.type), f.expression)
         except validation.Invalid as exc:
-            raise ValidationError(exc.message, code=exc.code) from None
+            raise validation_error(exc.message, exc.code) from None
         if not callable(listener):
             raise TypeError("listener must be callable")
         if consumption_thread_count < 1 or async_concurrency < 1:
@@ -211,7 +218,7 @@ class PushConsumer(Assignments):
         if ack_linger < 0 or ack_retry_window <= 0 or shutdown_grace < 0 or scan_interval <= 0:
             raise ValueError("ack_linger, shutdown_grace >= 0 and ack_retry_window, scan_interval > 0")
         self.group = group
-        self.subscriptions = {t: FilterExpression.of(f) for t, f in subscriptions.items()}
+        self.subscriptions = filters
         self.listener = listener
         self.consumption_thread_count = consumption_thread_count
         self.async_concurrency = async_concurrency
@@ -253,8 +260,9 @@ class PushConsumer(Assignments):
             t: pb.Resource(resource_namespace=self.config.namespace, name=t) for t in self.subscriptions
         }
         self._filter_pb = {t: convert.filter_expression(f) for t, f in self.subscriptions.items()}
-        self._receive_log = RateLimitedLog(10.0)
-        self._scan_log = RateLimitedLog(10.0)
+        self._receive_log = RateLimitedLog(10.0, "%s")
+        self._scan_log = RateLimitedLog(10.0, "%s; retried at the next scan")
+        self._last_receive_error = None
         self._counters = dict.fromkeys(
             (
                 "received",
@@ -457,6 +465,7 @@ class PushConsumer(Assignments):
             dead_lettered=c["dead_lettered"],
             receive_failures=c["receive_failures"],
             queues_dropped=c["queues_dropped"],
+            last_receive_error=self._last_receive_error,
         )
 
     def __repr__(self) -> str:

@@ -25,6 +25,7 @@ from types import TracebackType
 from typing import Any
 
 from thrust._codec import convert, validation
+from thrust._codec.filter import compile_filter
 from thrust._codec.status import Code
 from thrust._core.endpoints import Endpoint
 from thrust._core.receive_balancer import ReceiveBalancer
@@ -36,7 +37,14 @@ from thrust._io.telemetry import TelemetryHandler
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as pb
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as spb
 from thrust.config import ClientConfig, Credentials, TlsConfig
-from thrust.errors import ClientClosedError, ForbiddenError, ThrustError, ValidationError, error_for_status
+from thrust.errors import (
+    ClientClosedError,
+    ForbiddenError,
+    ThrustError,
+    ValidationError,
+    error_for_status,
+    validation_error,
+)
 from thrust.message import FilterExpression, ReceivedMessage
 from thrust.producer import _check, _config
 
@@ -125,9 +133,14 @@ class SimpleConsumer:
         self._subscriptions: dict[str, FilterExpression] = {}
         for topic, expr in subscriptions.items():
             _check(validation.check_topic, topic)
-            self._subscriptions[topic] = FilterExpression.of(expr)
+            self._subscriptions[topic] = _checked_filter(expr)
         if not 0 < await_duration <= 3600:
-            raise ValueError("await_duration must be in (0, 3600] seconds")
+            # A ValidationError as the invisible duration's below (also a ValueError): the proxy clamps the
+            # long poll to [5 s, 20 s] rather than refusing it, so there is no server code for this
+            # one; ILLEGAL_POLLING_TIME is the code of the field.
+            raise ValidationError(
+                "await_duration must be in (0, 3600] seconds", code=Code.ILLEGAL_POLLING_TIME
+            )
         _check(validation.check_receive_invisible_duration, float(invisible_duration))
         self.await_duration = float(await_duration)
         self.invisible_duration = float(invisible_duration)
@@ -265,9 +278,10 @@ class SimpleConsumer:
     async def subscribe(self, topic: str, expression: str | FilterExpression = "*") -> None:
         """Add or change a subscription (the route is fetched now, so an unknown topic fails here)."""
         _check(validation.check_topic, topic)
+        checked = _checked_filter(expression)
         session = await self._ready()
         await session.route(topic)
-        self._subscriptions[topic] = FilterExpression.of(expression)
+        self._subscriptions[topic] = checked
         self._filters.pop(topic, None)
         self._resync()
 
@@ -586,3 +600,17 @@ class _ConsumerTelemetry(TelemetryHandler):
             )
         sub.long_polling_timeout.CopyFrom(convert.duration(c.await_duration))
         return s
+
+
+def _checked_filter(expression: str | FilterExpression) -> FilterExpression:
+    """`expression` as a `FilterExpression`, once it compiled: a malformed SQL92 filter is a
+    `ValidationError` (ILLEGAL_FILTER_EXPRESSION) here, before any I/O, with the parser the embedded server
+    filters with. The real proxy leaves SQL to the broker, whose refusal reaches the client as
+    INTERNAL_SERVER_ERROR on every receive (D6 in docs/interop-findings.md), so it could not tell this
+    from a passing failure."""
+    f = FilterExpression.of(expression)
+    try:
+        compile_filter(int(f.type), f.expression)
+    except validation.Invalid as exc:
+        raise validation_error(exc.message, exc.code) from None
+    return f

@@ -46,18 +46,19 @@ def test_validation_before_io() -> None:
         async with embedded_server(topics=["t"]) as srv:
             async with thrust.Producer(endpoints=srv.endpoints[0], topics=["t"]) as p:
                 calls = srv.stats.calls["SendMessage"]
+                # Some are refused as the message is built, the rest by send (body size, delivery time).
                 bad = [
-                    thrust.Message(topic="t", body=b""),
-                    thrust.Message(topic="t", body=b"x", tag="a|b"),
-                    thrust.Message(topic="bad topic", body=b"x"),
-                    thrust.Message(topic="t", body=b"x", properties={"UNIQ_KEY": "x"}),
-                    thrust.Message(topic="t", body=b"x", message_group="g", delay=5),
-                    thrust.Message(topic="t", body=b"x", delay=3 * 86400),
-                    thrust.Message(topic="t", body=b"x" * (4 * 1024 * 1024 + 1)),
+                    lambda: thrust.Message(topic="t", body=b""),
+                    lambda: thrust.Message(topic="t", body=b"x", tag="a|b"),
+                    lambda: thrust.Message(topic="bad topic", body=b"x"),
+                    lambda: thrust.Message(topic="t", body=b"x", properties={"UNIQ_KEY": "x"}),
+                    lambda: thrust.Message(topic="t", body=b"x", message_group="g", delay=5),
+                    lambda: thrust.Message(topic="t", body=b"x", delay=3 * 86400),
+                    lambda: thrust.Message(topic="t", body=b"x" * (4 * 1024 * 1024 + 1)),
                 ]
-                for m in bad:
+                for build in bad:
                     with pytest.raises(thrust.ValidationError) as info:
-                        await p.send(m)
+                        await p.send(build())
                     assert info.value.code is not None and not info.value.retriable
                 assert srv.stats.calls["SendMessage"] == calls
 

@@ -1,7 +1,9 @@
 """Request validation shared by the client (before any I/O) and the embedded server (on receipt).
 
-Why one module of ~620 lines (docs/CONVENTIONS.md): it is the one list of the proxy's request limits,
-shared by client and server; one check per field, kept together so that both sides apply the same.
+Why one module of ~710 lines (docs/CONVENTIONS.md): it is the one list of the proxy's request limits,
+shared by client and server; one check per field, kept together so that both sides apply the same (and
+`check_new_message`, the client's stricter checks of a message as it is built, next to the checks it
+adds to).
 
 Every check returns None or raises `Invalid` carrying the `apache.rocketmq.v2.Code` the upstream proxy
 answers with for the same input (docs/protocol.md §2.3, §5.4). The rules and limits follow
@@ -27,6 +29,7 @@ from thrust._codec.status import Code
 __all__ = [
     "DEFAULT_INVISIBLE_SECONDS",
     "GROUP_MAX_LENGTH",
+    "INT32_MAX",
     "MAX_BODY_SIZE",
     "MAX_DELAY_SECONDS",
     "MAX_INVISIBLE_SECONDS",
@@ -55,6 +58,7 @@ __all__ = [
     "check_keys",
     "check_message_group",
     "check_message_id",
+    "check_new_message",
     "check_polling_time",
     "check_priority",
     "check_properties",
@@ -188,6 +192,9 @@ MAX_POLLING_SECONDS: Final = 20.0
 
 MAX_TRANSACTION_RECOVERY_SECONDS: Final = 3600.0
 """`ProxyConfig.maxTransactionRecoverySecond`."""
+
+INT32_MAX: Final = 2**31 - 1
+"""The largest value of a protobuf `int32` field (`SystemProperties.priority`)."""
 
 MESSAGE_ID_MAX_LENGTH: Final = 128
 """thrust: a bound on message ids (v1 ids are 34 characters, legacy ids 32); the proxy has none."""
@@ -569,14 +576,22 @@ def check_polling_time(
 
 
 def check_priority(priority: int | None) -> None:
-    """`SystemProperties.priority`: at least 0 when set.
+    """`SystemProperties.priority`: at least 0 and at most `INT32_MAX` (the field is an `int32`) when set.
 
     thrust: BAD_REQUEST. Upstream refuses a negative priority too, but by accident: the proxy's
     `SendMessageActivity.buildMessageProperty` calls `Message.setPriority`, whose IllegalArgumentException
     reaches the client as INTERNAL_SERVER_ERROR, a code that invites retrying a request that cannot
-    succeed."""
-    if priority is not None and priority < 0:
+    succeed. Above `INT32_MAX` the request cannot be encoded at all."""
+    if priority is None:
+        return
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        raise Invalid(Code.BAD_REQUEST, f"the priority must be an int, not {type(priority).__name__}")
+    if priority < 0:
         raise Invalid(Code.BAD_REQUEST, f"the priority must be greater than or equal to 0, got {priority}")
+    if priority > INT32_MAX:
+        raise Invalid(
+            Code.BAD_REQUEST, f"the priority must be at most {INT32_MAX} (an int32), got {priority}"
+        )
 
 
 def check_transaction_recovery(seconds: float, maximum: float = MAX_TRANSACTION_RECOVERY_SECONDS) -> None:
@@ -620,3 +635,77 @@ def check_send_message(
     if delivery_timestamp is not None:
         check_delivery_timestamp(delivery_timestamp, now)
     check_message_group(message_group)
+
+
+# --------------------------------------------------------------------------------------------------
+# A message as the user builds it (client only)
+
+
+def check_new_message(
+    *,
+    topic: str,
+    body: bytes | bytearray | memoryview,
+    tag: str | None,
+    keys: tuple[str, ...],
+    properties: Mapping[str, str],
+    message_group: str | None,
+    delivery_timestamp: float | None,
+    priority: int | None,
+) -> None:
+    """The checks a message passes when it is built (`thrust.Message`), before any producer sees it: what
+    does not depend on the server's settings or the clock. The client only; the server never calls it.
+
+    The rules are the Java client's `MessageBuilderImpl` (apache/rocketmq-clients
+    `java/client/.../message/MessageBuilderImpl.java`), which are stricter than the proxy: a tag, a key, a
+    message group, a property key and a property value may not be blank (empty or whitespace only; the
+    proxy ignores an empty key and accepts empty property keys and values), a message group excludes a
+    delivery time. On top of those, the proxy's own checks of the same fields (`check_topic`, `check_tag`,
+    `check_keys`, the property entries and their size, `check_message_group`, `check_priority`), so that
+    a message that can be built is refused by the server only for what the server decides (body size, its
+    settings, the topic's type, the delivery time against its clock). The types are checked too (Java's are
+    static, the annotations here are what a caller should pass): a `str` body or a non-string key or
+    property is refused here rather than by protobuf at send. A priority excludes a message group and a
+    delivery time (the proxy's MESSAGE_PROPERTY_CONFLICT_WITH_TYPE); Java's builder predates priorities."""
+    if not isinstance(topic, str):
+        raise Invalid(Code.ILLEGAL_TOPIC, f"topic must be a str, not {type(topic).__name__}")
+    check_topic(topic)
+    if not isinstance(body, bytes | bytearray | memoryview):
+        hint = " (encode it: body=text.encode())" if isinstance(body, str) else ""
+        raise Invalid(Code.BAD_REQUEST, f"body must be bytes, not {type(body).__name__}{hint}")
+    if tag is not None:
+        if not isinstance(tag, str):
+            raise Invalid(Code.ILLEGAL_MESSAGE_TAG, f"tag must be a str, not {type(tag).__name__}")
+        if not tag or is_blank(tag):
+            raise Invalid(Code.ILLEGAL_MESSAGE_TAG, "tag should not be blank (None means no tag)")
+        check_tag(tag)
+    for key in keys:
+        if not isinstance(key, str):
+            raise Invalid(Code.ILLEGAL_MESSAGE_KEY, f"a key must be a str, not {type(key).__name__}")
+        if not key or is_blank(key):
+            raise Invalid(Code.ILLEGAL_MESSAGE_KEY, "key should not be blank")
+    check_keys(keys)
+    for name, value in properties.items():
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise Invalid(Code.ILLEGAL_MESSAGE_PROPERTY_KEY, "property keys and values must be str")
+        if not name or is_blank(name):
+            raise Invalid(Code.ILLEGAL_MESSAGE_PROPERTY_KEY, "the key of property should not be blank")
+        if not value or is_blank(value):
+            raise Invalid(
+                Code.ILLEGAL_MESSAGE_PROPERTY_KEY, f"the value of property {name!r} should not be blank"
+            )
+    _check_property_entries(properties, MAX_USER_PROPERTIES)
+    _check_property_size(properties, tag, keys, MAX_USER_PROPERTY_SIZE)
+    if message_group is not None:
+        if not isinstance(message_group, str):
+            raise Invalid(
+                Code.ILLEGAL_MESSAGE_GROUP, f"message group must be a str, not {type(message_group).__name__}"
+            )
+        if not message_group or is_blank(message_group):
+            raise Invalid(Code.ILLEGAL_MESSAGE_GROUP, "message group should not be blank")
+        check_message_group(message_group)
+    check_priority(priority)
+    if sum((message_group is not None, delivery_timestamp is not None, priority is not None)) > 1:
+        raise Invalid(
+            Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+            "message group (FIFO), delivery time (DELAY) and priority are exclusive",
+        )

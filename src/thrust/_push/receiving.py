@@ -108,8 +108,16 @@ class Receiving(Results):
             return  # cancelled because the queue was dropped or the consumer closes
         except ThrustError as exc:
             self._counters["receive_failures"] += 1
+            self._last_receive_error = exc
             if not self._closing and not q.pq.dropped:
-                self._receive_log.failure(f"receive from {q.id} failed: {exc}", None)
+                # A failure no retry cures (a refused subscription, a missing permission) fails every
+                # receive of the queue: say so, so that the consumer does not look idle.
+                hint = (
+                    "; retrying"
+                    if exc.retriable
+                    else "; not retriable: this queue receives nothing until the cause is fixed"
+                )
+                self._receive_log.failure(f"receive from {q.id} failed: {exc}{hint}", None)
             self._stream_broke(stream)
             q.pq.on_receive_failed(ticket, isinstance(exc, TooManyRequestsError), time.monotonic())
             q.event.set()

@@ -31,6 +31,7 @@ from thrust._proto.apache.rocketmq.v2 import definition_pb2 as pb
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as spb
 from thrust._push.settle import BatchDriver
 from thrust.config import ClientConfig
+from thrust.errors import ThrustError
 from thrust.message import FilterExpression, ReceivedMessage
 
 logger = logging.getLogger("thrust.consumer")
@@ -169,6 +170,7 @@ class PushState:
     _filter_pb: dict[str, pb.FilterExpression]
     _receive_log: RateLimitedLog
     _scan_log: RateLimitedLog
+    _last_receive_error: ThrustError | None
     _counters: dict[str, int]
 
     @property
