@@ -71,3 +71,34 @@ def test_a_malformed_sql92_filter_is_one_validation_error_before_any_io_and_a_go
         assert got == [b"match"]
 
     run(scenario, timeout=80)
+
+
+@pytest.mark.slow
+def test_a_filter_only_the_real_broker_refuses_shows_in_push_stats(engine: Engine) -> None:
+    """`NOT price > 10` compiles with thrust's parser (NOT binds looser than a comparison, as in standard
+    SQL: a deliberate deviation, `thrust._codec.filter`), so the client lets it through; upstream's grammar
+    binds NOT to `price` and the broker cannot compile it, so the real proxy answers every receive
+    INTERNAL_SERVER_ERROR (D6 in docs/interop-findings.md). A push consumer shows that failure in
+    `stats().last_receive_error` instead of looking idle; on the embedded server the filter consumes."""
+    topic, group = engine.topic(), engine.group()
+
+    async def scenario() -> None:
+        got: list[bytes] = []
+        consumer = thrust.PushConsumer(
+            endpoints=engine.endpoint,
+            group=group,
+            subscriptions={topic: thrust.FilterExpression.sql("NOT price > 10")},
+            listener=lambda m: got.append(m.body),
+        )
+        async with thrust.Producer(endpoints=engine.endpoint, topics=[topic]) as p, consumer:
+            await p.send(thrust.Message(topic=topic, body=b"cheap", properties={"price": "5"}))
+            if engine.real:
+                await until(lambda: consumer.stats().receive_failures >= 1, timeout=40)
+                error = consumer.stats().last_receive_error
+                assert isinstance(error, thrust.InternalError), error
+                assert error.code == Code.INTERNAL_SERVER_ERROR
+            else:
+                await until(lambda: consumer.stats().acked == 1, timeout=40)
+                assert got == [b"cheap"] and consumer.stats().last_receive_error is None
+
+    run(scenario, timeout=80)
