@@ -46,7 +46,7 @@ from types import TracebackType
 from typing import TypeAlias
 
 from thrust._codec import convert, validation
-from thrust._codec.filter import compile_filter
+from thrust._codec.filter import check_filter
 from thrust._consumption import ListenerExecutor, RateLimitedLog, is_async_callable
 from thrust._core.ack import AckBatcher, AckConfig
 from thrust._core.assignment import AssignmentTable
@@ -208,7 +208,7 @@ class PushConsumer(Assignments):
             for topic, f in filters.items():
                 validation.check_topic(topic)
                 # A malformed SQL92 filter fails here, before any I/O (SimpleConsumer's `_checked_filter`).
-                compile_filter(int(f.type), f.expression)
+                check_filter(int(f.type), f.expression)
         except validation.Invalid as exc:
             raise validation_error(exc.message, exc.code) from None
         if not callable(listener):

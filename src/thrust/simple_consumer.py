@@ -25,7 +25,7 @@ from types import TracebackType
 from typing import Any
 
 from thrust._codec import convert, validation
-from thrust._codec.filter import compile_filter
+from thrust._codec.filter import check_filter
 from thrust._codec.status import Code
 from thrust._core.endpoints import Endpoint
 from thrust._core.receive_balancer import ReceiveBalancer
@@ -610,7 +610,7 @@ def _checked_filter(expression: str | FilterExpression) -> FilterExpression:
     from a passing failure."""
     f = FilterExpression.of(expression)
     try:
-        compile_filter(int(f.type), f.expression)
+        check_filter(int(f.type), f.expression)
     except validation.Invalid as exc:
         raise validation_error(exc.message, exc.code) from None
     return f

@@ -17,6 +17,7 @@ from tests.client._util import run
 from tests.engines import Engine
 from tests.push._util import until
 from thrust._codec.status import Code
+from thrust._proto.apache.rocketmq.v2 import definition_pb2 as pb
 
 BAD = ["a >", "price >> 1", "(a = 1", "a = 'x", "a BETWEEN 1", "a = NULL", "a IN ()"]
 
@@ -73,32 +74,68 @@ def test_a_malformed_sql92_filter_is_one_validation_error_before_any_io_and_a_go
     run(scenario, timeout=80)
 
 
+# What thrust's parser accepts on purpose and RocketMQ's broker cannot compile (`check_filter` in
+# thrust._codec.filter): the client refuses these too, so that what it lets through works on both servers.
+UPSTREAM_ONLY = ["NOT price > 10", "NOT price IN ('5')", "price != 10", "price > 0.0"]
+
+
 @pytest.mark.slow
-def test_a_filter_only_the_real_broker_refuses_shows_in_push_stats(engine: Engine) -> None:
-    """`NOT price > 10` compiles with thrust's parser (NOT binds looser than a comparison, as in standard
-    SQL: a deliberate deviation, `thrust._codec.filter`), so the client lets it through; upstream's grammar
-    binds NOT to `price` and the broker cannot compile it, so the real proxy answers every receive
-    INTERNAL_SERVER_ERROR (D6 in docs/interop-findings.md). A push consumer shows that failure in
-    `stats().last_receive_error` instead of looking idle; on the embedded server the filter consumes."""
+def test_forms_only_the_real_broker_refuses_are_refused_by_the_client_too(engine: Engine) -> None:
+    """Each is a ValidationError when the consumer is built, on both servers. Bypassing the client's check
+    shows why: the real proxy fails the receive (INTERNAL_SERVER_ERROR, D6 in docs/interop-findings.md),
+    while the embedded server's parser takes the form (a deliberate deviation of thrust._codec.filter)."""
+    topic, group = engine.topic(), engine.group()
+    for expression in UPSTREAM_ONLY:
+        for build in _builders(engine, group):
+            with pytest.raises(thrust.ValidationError) as info:
+                build({topic: thrust.FilterExpression.sql(expression)})
+            assert info.value.code == Code.ILLEGAL_FILTER_EXPRESSION, (expression, info.value)
+
+    async def scenario() -> None:
+        async with (
+            thrust.Producer(endpoints=engine.endpoint, topics=[topic]) as p,
+            thrust.SimpleConsumer(
+                endpoints=engine.endpoint, group=group, subscriptions={topic: "*"}, await_duration=5
+            ) as c,
+        ):
+            for _ in UPSTREAM_ONLY:  # each form matches price 7 (in thrust's reading)
+                await p.send(thrust.Message(topic=topic, body=b"x", properties={"price": "7"}))
+            for expression in UPSTREAM_ONLY:
+                c._filters[topic] = pb.FilterExpression(
+                    type=pb.SQL, expression=expression
+                )  # bypass the check
+                if engine.real:
+                    with pytest.raises(thrust.InternalError) as failed:
+                        await c.receive(1, engine.min_invisible)
+                    assert failed.value.code == Code.INTERNAL_SERVER_ERROR, (expression, failed.value)
+                else:  # the embedded server takes it and filters with it
+                    got = await c.receive(1, engine.min_invisible)
+                    assert [m.properties["price"] for m in got] == ["7"], expression
+
+    run(scenario, timeout=80)
+
+
+@pytest.mark.slow
+def test_a_filter_the_server_refuses_shows_in_push_stats(engine: Engine) -> None:
+    """A push consumer whose receives a server refuses (here a malformed filter that bypassed the client's
+    check) shows the typed error in `stats().last_receive_error` instead of looking idle: the embedded
+    server's ILLEGAL_FILTER_EXPRESSION, not retriable, or the real proxy's INTERNAL_SERVER_ERROR (D6)."""
     topic, group = engine.topic(), engine.group()
 
     async def scenario() -> None:
-        got: list[bytes] = []
         consumer = thrust.PushConsumer(
-            endpoints=engine.endpoint,
-            group=group,
-            subscriptions={topic: thrust.FilterExpression.sql("NOT price > 10")},
-            listener=lambda m: got.append(m.body),
+            endpoints=engine.endpoint, group=group, subscriptions={topic: "*"}, listener=lambda m: None
         )
+        consumer._filter_pb[topic] = pb.FilterExpression(type=pb.SQL, expression="a >")  # bypass the check
         async with thrust.Producer(endpoints=engine.endpoint, topics=[topic]) as p, consumer:
-            await p.send(thrust.Message(topic=topic, body=b"cheap", properties={"price": "5"}))
+            await p.send(thrust.Message(topic=topic, body=b"x"))
+            await until(lambda: consumer.stats().receive_failures >= 2, timeout=40)
+            error = consumer.stats().last_receive_error
             if engine.real:
-                await until(lambda: consumer.stats().receive_failures >= 1, timeout=40)
-                error = consumer.stats().last_receive_error
                 assert isinstance(error, thrust.InternalError), error
-                assert error.code == Code.INTERNAL_SERVER_ERROR
             else:
-                await until(lambda: consumer.stats().acked == 1, timeout=40)
-                assert got == [b"cheap"] and consumer.stats().last_receive_error is None
+                assert isinstance(error, thrust.BadRequestError) and not error.retriable, error
+                assert error.code == Code.ILLEGAL_FILTER_EXPRESSION
+            assert consumer.stats().received == 0
 
     run(scenario, timeout=80)

@@ -2,9 +2,9 @@
 (`thrust.server.core.filter`); the consumers compile their SQL92 subscriptions with it when they are built,
 so that a malformed one is refused before any I/O.
 
-Why one module of ~800 lines (docs/CONVENTIONS.md): the tokenizer, the recursive-descent parser and the
+Why one module of ~900 lines (docs/CONVENTIONS.md): the tokenizer, the recursive-descent parser and the
 closures it builds are one grammar sharing private token and value types; split, each part would only
-reach into the others' internals.
+reach into the others' internals (`check_filter`, the client's stricter check, reads the same tokens).
 
 `compile_filter` turns a subscription's `FilterExpression` (docs/protocol.md §6.5) into a
 `MessageFilter` once; the receive path then calls `matches(tag, properties)` per message.
@@ -49,7 +49,8 @@ expression is TRUE. Upstream semantics kept on purpose:
 - `BETWEEN a AND b` with constant bounds requires `a <= b`; `= NULL` is a compile error (use IS NULL).
 - A bare property used as a condition is a boolean cast, which is FALSE for any string value.
 
-Deliberate deviations (upstream bugs or crashes, documented so nobody "fixes" them back):
+Deliberate deviations (upstream bugs or crashes, documented so nobody "fixes" them back; the server keeps
+them, and `check_filter`, the consumers' check, refuses those the broker cannot compile):
 
 - NOT binds looser than comparisons, as in standard SQL and the JMS spec: `NOT a = 'x'` is
   `NOT (a = 'x')`. Upstream's grammar binds NOT to the next operand, so there `NOT a = 'x'` compares a
@@ -84,6 +85,7 @@ __all__ = [
     "FilterKind",
     "InvalidFilter",
     "MessageFilter",
+    "check_filter",
     "compile_filter",
 ]
 
@@ -181,6 +183,90 @@ def compile_filter(kind: FilterKind | int, expression: str) -> MessageFilter:
         return _SqlFilter(expression, _Parser(expression).parse())
     # TAG, and UNSPECIFIED/unknown values, which the proxy's GrpcConverter maps to TAG.
     return _compile_tags(expression)
+
+
+def check_filter(kind: FilterKind | int, expression: str) -> None:
+    """A consumer's check of its subscription before any I/O: `compile_filter`, and for SQL92 also what
+    this parser accepts on purpose but RocketMQ's broker cannot compile (the deviations in this module's
+    docstring), so that a filter the client lets through is one both servers accept. Raises
+    `InvalidFilter` (ILLEGAL_FILTER_EXPRESSION). The embedded server itself keeps accepting those forms.
+
+    Refused, as `org.apache.rocketmq.filter` refuses them (apache/rocketmq `filter/.../SelectorParser.jj`,
+    `ComparisonExpression`, `ConstantExpression`): `!=` (not in its grammar: use `<>`); a decimal literal
+    of 0 (`ConstantExpression.createFloat` rejects values below `Double.MIN_VALUE`); and a prefix NOT whose
+    operand is then ordered, ranged or listed (`NOT a > 1`, `NOT a BETWEEN 1 AND 2`, `NOT a IN ('x')`):
+    its grammar binds NOT to the next operand, and `checkLessThanOperand` / `createInFilter` refuse the
+    boolean `NOT a` there. `NOT (a > 1)` says the same in both grammars."""
+    compile_filter(kind, expression)
+    if kind != FilterKind.SQL:
+        return
+    tokens = _tokenize(expression)
+    for i, tok in enumerate(tokens):
+        if tok.type is _T.OP and tok.text == "!=":
+            raise InvalidFilter(
+                f"'!=' at offset {tok.pos} is not RocketMQ SQL92 (its broker refuses it): use '<>'", tok.pos
+            )
+        if tok.type is _T.DECIMAL and tok.value == 0.0:
+            raise InvalidFilter(
+                f"decimal literal {tok.text} at offset {tok.pos}: RocketMQ's broker refuses a decimal 0 "
+                "(write the integer 0)",
+                tok.pos,
+            )
+        if tok.type is _T.KEYWORD and tok.text == "NOT" and not _ends_operand(tokens[i - 1] if i else None):
+            k = _operand_end(tokens, i + 1)
+            after = tokens[k]
+            if (after.type is _T.OP and after.text in _ORDERING_OPS) or _is_range_or_list(tokens, k):
+                raise InvalidFilter(
+                    f"NOT at offset {tok.pos} applies to a comparison: RocketMQ's broker binds NOT to the "
+                    "next operand and cannot compile that; write NOT (...) around the comparison",
+                    tok.pos,
+                )
+
+
+_ORDERING_OPS: Final = frozenset({">", ">=", "<", "<="})
+
+
+def _ends_operand(tok: _Token | None) -> bool:
+    """Whether `tok` can end an operand, so that a NOT after it is an infix one (`a NOT IN (...)`); after
+    IS it is `IS NOT NULL`."""
+    if tok is None:
+        return False
+    if tok.type in (_T.IDENT, _T.STRING, _T.INTEGER, _T.DECIMAL):
+        return True
+    if tok.type is _T.KEYWORD:
+        return tok.text in ("TRUE", "FALSE", "NULL", "IS")
+    return tok.type is _T.OP and tok.text == ")"
+
+
+def _operand_end(tokens: list[_Token], j: int) -> int:
+    """The index just after the unary operand starting at `j` (more NOTs and signs, then one literal or
+    identifier, or a parenthesised expression), as upstream's `unaryExpr` reads it."""
+    last = len(tokens) - 1
+    while j < last and (
+        (tokens[j].type is _T.KEYWORD and tokens[j].text == "NOT")
+        or (tokens[j].type is _T.OP and tokens[j].text in ("+", "-"))
+    ):
+        j += 1
+    if tokens[j].type is _T.OP and tokens[j].text == "(":
+        depth = 0
+        while j < last:
+            if tokens[j].type is _T.OP and tokens[j].text == "(":
+                depth += 1
+            elif tokens[j].type is _T.OP and tokens[j].text == ")":
+                depth -= 1
+                if depth == 0:
+                    return j + 1
+            j += 1
+        return last
+    return min(j + 1, last)
+
+
+def _is_range_or_list(tokens: list[_Token], k: int) -> bool:
+    """Whether `tokens[k]` starts `[NOT] BETWEEN` or `[NOT] IN`."""
+    tok = tokens[k]
+    if tok.type is _T.KEYWORD and tok.text == "NOT":
+        tok = tokens[min(k + 1, len(tokens) - 1)]
+    return tok.type is _T.KEYWORD and tok.text in ("BETWEEN", "IN")
 
 
 def _compile_tags(expression: str) -> MessageFilter:
