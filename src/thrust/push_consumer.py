@@ -140,7 +140,8 @@ class PushConsumer(Assignments):
     Args:
         config: a `ClientConfig`; or give its fields directly (`endpoints=`, `namespace=`, ...).
         group: the consumer group.
-        subscriptions: topic -> filter (a tag expression such as `"*"` or `"a||b"`, or a `FilterExpression`).
+        subscriptions: topic -> filter (a tag expression such as `"*"` or `"a||b"`, or a `FilterExpression`);
+            a malformed SQL92 filter raises `ValidationError` (ILLEGAL_FILTER_EXPRESSION) before any I/O.
         listener: `fn(message) -> ConsumeResult | None`, a plain function (run on `consumption_thread_count`
             threads) or an `async def` (run on the loop). Returning `ConsumeResult.SUCCESS` **or None** (a
             listener that just returns, as Python functions do when nothing failed) acks the message;

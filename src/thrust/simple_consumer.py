@@ -100,8 +100,12 @@ class SimpleConsumer:
             finds nothing returns after 5 s, not sooner; above 20 s becomes 20 s. That is the RocketMQ
             proxy's `grpcClientConsumerMinLongPollingTimeoutMillis` / `...MaxLongPollingTimeoutMillis`
             (`ProxyConfig`), and `thrust serve` clamps the same way. A value below 5 s is accepted with one
-            warning (logger `thrust.consumer`) when the consumer is created.
-        invisible_duration: the default for `receive()` and for iteration (seconds, 10 s .. 12 h).
+            warning (logger `thrust.consumer`) when the consumer is created; one outside (0, 3600] raises
+            `ValidationError`.
+        invisible_duration: the default for `receive()` and for iteration (seconds, 10 s .. 12 h; outside,
+            `ValidationError`).
+
+    A malformed SQL92 filter raises `ValidationError` (ILLEGAL_FILTER_EXPRESSION) here, before any I/O.
     """
 
     def __init__(
