@@ -125,7 +125,7 @@ async def embedded_server(
 ) -> AsyncIterator[EmbeddedServer]:
     """Run an `EmbeddedServer` on the current event loop for the duration of the block.
 
-    `topics` are `NAME[:QUEUES[:TYPE]][@B1+B2]` strings or `TopicSpec`s, `groups`
+    `topics` are `NAME[:QUEUES][:TYPE][@B1+B2]` strings or `TopicSpec`s, `groups`
     `NAME[:fifo][:max-attempts=N]` strings (as `thrust serve --group`) or `GroupSpec`s; `max-attempts=2`
     makes a message nacked twice go to `%DLQ%NAME`. `options` are further `ServerConfig` fields (limits and
     timeouts such as `channel_expiry=2.0`, `max_pending_polls=1`, `date_time_window=...`).
@@ -283,7 +283,7 @@ class ServerProcess:
     Args:
         args: extra `thrust serve` arguments, e.g. `["--topic", "t:8", "--fault-fail", "SendMessage:42900"]`;
             they come after the flags the other arguments make.
-        topics: topics to create, `NAME[:QUEUES[:TYPE]][@B1+B2]` (`--topic`).
+        topics: topics to create, `NAME[:QUEUES][:TYPE][@B1+B2]` (`--topic`).
         groups: consumer groups to create, `NAME[:fifo][:max-attempts=N]` (`--group`).
         auto_create: create unknown topics on first use (default True).
         brokers: number of brokers.

@@ -106,11 +106,11 @@ def register(subparsers: Any) -> None:
         "--topic",
         action="append",
         default=[],
-        metavar="NAME[:QUEUES[:TYPE]][@B1+B2]",
+        metavar="NAME[:QUEUES][:TYPE][@B1+B2]",
         help="create a topic; TYPE is NORMAL (default), FIFO, DELAY, TRANSACTION, PRIORITY, MIXED or a+b; "
-        "@0+2 places it on brokers 0 and 2 only (default: every broker). A PRIORITY message goes to queue "
-        "min(priority, QUEUES-1) of its broker and each receive takes the highest queue first, so "
-        "QUEUES is the number of priority levels",
+        "NAME:TYPE (as thrust cluster --topic) has 4 queues; @0+2 places it on brokers 0 and 2 only "
+        "(default: every broker). A PRIORITY message goes to queue min(priority, QUEUES-1) of its broker "
+        "and each receive takes the highest queue first, so QUEUES is the number of priority levels",
     )
     parser.add_argument(
         "--group",
