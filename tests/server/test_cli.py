@@ -73,6 +73,14 @@ def test_serve_takes_the_topic_syntax_of_thrust_cluster() -> None:
     ]
 
 
+def test_serve_auto_create_covers_topics_and_groups() -> None:
+    parser = build_parser()
+    strict = serve._config(parser.parse_args(["serve"]))
+    assert (strict.auto_create_topics, strict.auto_create_groups) == (False, False)
+    auto = serve._config(parser.parse_args(["serve", "--auto-create"]))
+    assert (auto.auto_create_topics, auto.auto_create_groups) == (True, True)
+
+
 @pytest.mark.slow
 def test_serve_help_mentions_memory_only_and_refuses_remote_without_auth() -> None:
     parser = build_parser()

@@ -158,6 +158,10 @@ class ServerConfig:
         ports: explicit ports, one per broker (overrides `port` and `brokers`).
         brokers: number of brokers, each on its own port with its own queues of every topic.
         auto_create_topics: unknown topics are created on first use (else TOPIC_NOT_FOUND).
+        auto_create_groups: unknown consumer groups are created on their first receive, as a broker with
+            `autoCreateSubscriptionGroup=true` does; else that receive answers CONSUMER_GROUP_NOT_FOUND,
+            as a proxy in front of a broker without it does (Settings and QueryAssignment of an unknown
+            group are answered with the defaults either way, as the proxy's are).
         default_queues: queue count of auto-created topics.
         topics / groups: created at start.
         credentials: access key → secret key; enables MQv2-HMAC-SHA1 authentication.
@@ -206,6 +210,7 @@ class ServerConfig:
     ports: tuple[int, ...] = ()
     brokers: int = 1
     auto_create_topics: bool = True
+    auto_create_groups: bool = True
     default_queues: int = 4
     topics: tuple[TopicSpec, ...] = ()
     groups: tuple[GroupSpec, ...] = ()
