@@ -1,4 +1,5 @@
-"""What a consumer group is worth, on both servers (docs/rocketmq.md, "What the cluster needs").
+"""What a consumer group and a namespace are worth, on both servers (docs/rocketmq.md, "What the cluster
+needs" and "Namespaces").
 
 A group nobody created is refused at its first receive (CONSUMER_GROUP_NOT_FOUND; INTERNAL_SERVER_ERROR
 behind a local-mode proxy, D15 in docs/interop-findings.md): the embedded server of the suite runs without
@@ -6,6 +7,10 @@ auto-creation, and `thrust cluster` starts its brokers with
 `autoCreateSubscriptionGroup=false` (upstream's default, true, would give a typo'd group a group of its
 own that starts consuming; apache/rocketmq broker/.../subscription/SubscriptionGroupManager.java
 `findSubscriptionGroupConfig`).
+
+A namespace is sent in the `x-mq-namespace` header and in every `Resource` (as the Java client 5.x does,
+tests/client/test_client_namespace.py), and separates nothing on either server: since 5.2.0 the proxy keys
+topics and groups by `Resource.name` alone (docs/protocol.md §2.7).
 """
 
 from __future__ import annotations
@@ -64,3 +69,30 @@ def test_a_group_nobody_created_is_consumer_group_not_found_behind_a_cluster_mod
     # The cluster-mode proxy gets the broker's answer over remoting and maps it (ResponseBuilder).
     error = _typo_group_refusal(engine2)
     assert isinstance(error, thrust.NotFoundError) and error.code == Code.CONSUMER_GROUP_NOT_FOUND
+
+
+def test_a_namespace_separates_nothing(engine: Engine) -> None:
+    topic, first, second = engine.topic(), engine.group(), engine.group()
+
+    async def receive_one(namespace: str, group: str) -> thrust.ReceivedMessage:
+        async with thrust.SimpleConsumer(
+            endpoints=engine.endpoint,
+            namespace=namespace,
+            group=group,
+            subscriptions={topic: "*"},
+            await_duration=5,
+        ) as c:
+            [m] = await receive_n(c, 1, invisible_duration=engine.min_invisible)
+            await c.ack(m)
+            return m
+
+    async def scenario() -> None:
+        async with thrust.Producer(endpoints=engine.endpoint, namespace="ns1", topics=[topic]) as p:
+            sent = await p.send(thrust.Message(topic=topic, body=b"sent in ns1"))
+        in_ns1 = await receive_one("ns1", first)
+        # The same topic and another group, in namespace ns2: the same message (no `ns2%topic` exists).
+        in_ns2 = await receive_one("ns2", second)
+        assert in_ns1.message_id == in_ns2.message_id == sent.message_id
+        assert in_ns1.topic == in_ns2.topic == topic
+
+    run(scenario, timeout=60)
