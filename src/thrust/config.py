@@ -129,7 +129,9 @@ class ClientConfig:
     Args:
         endpoints: one or many `host:port` (IPv4, `[IPv6]:port`, or a DNS name), as a `;`/`,`-separated
             string or a list.
-        namespace: the RocketMQ namespace, sent in every `Resource` and the `x-mq-namespace` header.
+        namespace: the RocketMQ namespace, sent in every `Resource` and the `x-mq-namespace` header, as the
+            Java client does. Apache RocketMQ 5.2+ and `thrust serve` separate nothing by it: namespaces
+            share the topics and groups of one name (docs/rocketmq.md, "Namespaces").
         credentials: AK/SK (and optional session token); None sends no `authorization` header.
         tls: a `TlsConfig`, True (TLS with system roots) or False/None (plaintext).
         request_timeout: the deadline of each unary call in seconds (sub-second values allowed).

@@ -22,8 +22,9 @@ In a subprocess (`python -m thrust.cli.main serve ...`), for tests that kill -9,
         proc.stop(); proc.cont()     # SIGSTOP / SIGCONT
         proc.kill(); proc.restart()  # same ports, empty state
 
-Both create unknown topics on first use unless given `auto_create=False` (`thrust serve` needs
-`--auto-create` for that). Groups take `NAME[:fifo][:max-attempts=N]`, as `thrust serve --group`.
+Both create unknown topics and consumer groups on first use unless given `auto_create=False` (`thrust
+serve` needs `--auto-create` for that); without it, declare every topic and group the test uses, as a real
+cluster needs them created. Groups take `NAME[:fifo][:max-attempts=N]`, as `thrust serve --group`.
 
 This module never imports the thrust client.
 """
@@ -125,14 +126,15 @@ async def embedded_server(
 ) -> AsyncIterator[EmbeddedServer]:
     """Run an `EmbeddedServer` on the current event loop for the duration of the block.
 
-    `topics` are `NAME[:QUEUES[:TYPE]][@B1+B2]` strings or `TopicSpec`s, `groups`
+    `topics` are `NAME[:QUEUES][:TYPE][@B1+B2]` strings or `TopicSpec`s, `groups`
     `NAME[:fifo][:max-attempts=N]` strings (as `thrust serve --group`) or `GroupSpec`s; `max-attempts=2`
     makes a message nacked twice go to `%DLQ%NAME`. `options` are further `ServerConfig` fields (limits and
     timeouts such as `channel_expiry=2.0`, `max_pending_polls=1`, `date_time_window=...`).
 
-    Unknown topics are created on first use (`default_queues` queues, every message type), as with
-    `ServerProcess`; `auto_create=False` answers TOPIC_NOT_FOUND for them instead, like `thrust serve`
-    without `--auto-create`. The server object exposes `endpoints` (`"127.0.0.1:PORT"` per broker),
+    Unknown topics are created on first use (`default_queues` queues, every message type but PRIORITY) and
+    unknown groups on their first receive, as with `ServerProcess`; `auto_create=False` answers
+    TOPIC_NOT_FOUND and CONSUMER_GROUP_NOT_FOUND for them instead, like `thrust serve` without
+    `--auto-create`. The server object exposes `endpoints` (`"127.0.0.1:PORT"` per broker),
     `ports`, `brokers`, `catalog`, `faults` and `stats`.
     """
     config = _server_config(
@@ -181,6 +183,7 @@ def _server_config(
         port=port,
         brokers=brokers,
         auto_create_topics=auto_create,
+        auto_create_groups=auto_create,
         default_queues=default_queues,
         topics=tuple(parse_topic(t) for t in topics),
         groups=tuple(parse_group(g) for g in groups),
@@ -277,15 +280,16 @@ class ServerThread:
 class ServerProcess:
     """`thrust serve` in a child process.
 
-    Unknown topics are created on first use, as with `embedded_server()` (this passes `--auto-create`;
-    `thrust serve` itself answers TOPIC_NOT_FOUND unless given it). `auto_create=False` turns that off.
+    Unknown topics and groups are created on first use, as with `embedded_server()` (this passes
+    `--auto-create`; `thrust serve` itself answers TOPIC_NOT_FOUND and CONSUMER_GROUP_NOT_FOUND unless
+    given it). `auto_create=False` turns that off.
 
     Args:
         args: extra `thrust serve` arguments, e.g. `["--topic", "t:8", "--fault-fail", "SendMessage:42900"]`;
             they come after the flags the other arguments make.
-        topics: topics to create, `NAME[:QUEUES[:TYPE]][@B1+B2]` (`--topic`).
+        topics: topics to create, `NAME[:QUEUES][:TYPE][@B1+B2]` (`--topic`).
         groups: consumer groups to create, `NAME[:fifo][:max-attempts=N]` (`--group`).
-        auto_create: create unknown topics on first use (default True).
+        auto_create: create unknown topics and groups on first use (default True).
         brokers: number of brokers.
         host: the bind address.
         port: the first port; 0 picks free ports (kept across `restart()`).

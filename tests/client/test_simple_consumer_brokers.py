@@ -39,7 +39,9 @@ async def _drain(
 @pytest.mark.parametrize("count", [30, 100])
 def test_backlog_on_three_brokers_is_drained_without_empty_receives(count: int) -> None:
     async def scenario() -> None:
-        async with embedded_server(brokers=BROKERS, topics=["orders:8"], auto_create=False) as srv:
+        async with embedded_server(
+            brokers=BROKERS, topics=["orders:8"], groups=["g"], auto_create=False
+        ) as srv:
             endpoint = srv.endpoints[0]
             async with thrust.Producer(endpoints=endpoint, topics=["orders"]) as producer:
                 for i in range(count):

@@ -751,6 +751,11 @@ ROWS: list[Row] = [
         _bad_receive(topic="never-created-topic-x5", invisible=20),
         brokers=2,
     ),
+    Row(
+        "B5-receive-unknown-group-2-brokers",
+        _bad_receive(group="never-created-group-x6", invisible=20),
+        brokers=2,
+    ),
     # telemetry settings and client management
     Row("settings-producer", _settings_row(d.ClientType.PRODUCER)),
     Row("settings-simple-consumer", _settings_row(d.ClientType.SIMPLE_CONSUMER)),
@@ -829,7 +834,13 @@ ROWS: list[Row] = [
     # D4: thrust checks the producer's body digest (B15, docs/reliability.md §4); the proxy never reads it.
     Row("B15-wrong-md5-digest", _bad_send(_digest(d.DigestType.MD5, "0" * 32)), deviation=_DIGEST),
     Row("B15-wrong-crc32-digest", _bad_send(_digest(d.DigestType.CRC32, "00000000")), deviation=_DIGEST),
-    Row("B5-receive-unknown-group", _bad_receive(group="never-created-group-x3", invisible=20)),
+    # D15: a local-mode proxy wraps the broker's SUBSCRIPTION_GROUP_NOT_EXIST in INTERNAL_SERVER_ERROR (the
+    # harness's brokers do not auto-create groups); the cluster-mode proxy maps it, as thrust does.
+    Row(
+        "B5-receive-unknown-group",
+        _bad_receive(group="never-created-group-x3", invisible=20),
+        deviation={"[0]": ("CONSUMER_GROUP_NOT_FOUND", "INTERNAL_SERVER_ERROR")},
+    ),
     Row("B5-receive-illegal-group", _bad_receive(group="bad group!", invisible=20)),
     # D5: a local-mode proxy fails on a missing topic (NullPointerException in LocalTopicRouteService).
     Row(

@@ -5,6 +5,8 @@ topic and group of its own. A script exits non-zero when what it shows did not h
 from __future__ import annotations
 
 import os
+import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +16,7 @@ import pytest
 from tests.engines import Engine
 from thrust.cluster import ClusterInfo
 from thrust.cluster.tls import harness_certificate
-from thrust.testing import ServerThread
+from thrust.testing import ServerProcess, ServerThread
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
@@ -127,3 +129,16 @@ def test_pytest_example_runs_with_the_plugin() -> None:
         check=False,
     )
     assert done.returncode == 0 and "2 passed" in done.stdout, done.stdout + done.stderr
+
+
+@pytest.mark.slow
+def test_priority_example_runs_as_the_examples_readme_says() -> None:
+    """examples/README.md's command for priority.py (auto-created topics are never PRIORITY), then the
+    script with its default topic and group: the three priorities come back highest first."""
+    readme = (EXAMPLES / "README.md").read_text()
+    [command] = re.findall(r"`thrust serve ([^`]*)`", readme)
+    args = shlex.split(command)
+    with ServerProcess(args, auto_create=False) as server:
+        done = _run("priority.py", {"ROCKETMQ_ENDPOINTS": server.endpoints[0]})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "('urgent', 3), ('normal', 2), ('routine', 1)" in done.stdout

@@ -11,7 +11,9 @@ import pytest
 from tests.server._wire import Wire, run
 from thrust._codec.status import Code
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as s
+from thrust.cli import serve
 from thrust.cli.main import build_parser
+from thrust.server.core.model import MessageType
 from thrust.testing import ServerProcess
 
 
@@ -60,6 +62,23 @@ def test_server_process_kill_stop_cont_restart() -> None:
         proc.restart()
         assert proc.ports == [port]
         assert run(alive()) == Code.OK
+
+
+def test_serve_takes_the_topic_syntax_of_thrust_cluster() -> None:
+    parser = build_parser()
+    config = serve._config(parser.parse_args(["serve", "--topic", "orders:FIFO", "--topic", "t:2:DELAY"]))
+    assert [(t.name, t.queues, t.types) for t in config.topics] == [
+        ("orders", 4, (MessageType.FIFO,)),
+        ("t", 2, (MessageType.DELAY,)),
+    ]
+
+
+def test_serve_auto_create_covers_topics_and_groups() -> None:
+    parser = build_parser()
+    strict = serve._config(parser.parse_args(["serve"]))
+    assert (strict.auto_create_topics, strict.auto_create_groups) == (False, False)
+    auto = serve._config(parser.parse_args(["serve", "--auto-create"]))
+    assert (auto.auto_create_topics, auto.auto_create_groups) == (True, True)
 
 
 @pytest.mark.slow

@@ -98,7 +98,9 @@ async def _nack_twice_then_read_dead_letters(endpoint: str) -> tuple[str, list[i
 
 def test_embedded_server_group_with_max_attempts_2_dead_letters_after_two_nacks() -> None:
     async def scenario() -> None:
-        async with embedded_server(topics=["t"], groups=["g:max-attempts=2"], auto_create=False) as srv:
+        async with embedded_server(
+            topics=["t"], groups=["g:max-attempts=2", "dlqreader"], auto_create=False
+        ) as srv:
             assert srv.catalog.group("g").retry.max_attempts == 2
             sent, attempts, dead = await _nack_twice_then_read_dead_letters(srv.endpoints[0])
             assert attempts == [1, 2]

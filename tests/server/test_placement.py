@@ -25,6 +25,23 @@ def test_parse_topic_placement() -> None:
             parse_topic(bad)
 
 
+def test_parse_topic_takes_thrust_clusters_name_colon_type_form() -> None:
+    # `thrust cluster --topic orders:FIFO`: the same spec works for `thrust serve` (default 4 queues).
+    assert parse_topic("orders:FIFO") == TopicSpec("orders", 4, (MessageType.FIFO,))
+    assert parse_topic("jobs:priority") == TopicSpec("jobs", 4, (MessageType.PRIORITY,))
+    assert parse_topic("o:MIXED@1").types == (
+        MessageType.NORMAL,
+        MessageType.FIFO,
+        MessageType.DELAY,
+        MessageType.TRANSACTION,
+    )
+    assert parse_topic("o:8") == TopicSpec("o", 8)
+    with pytest.raises(ValueError, match="unknown message type 'FIFOO'"):
+        parse_topic("o:FIFOO")
+    with pytest.raises(ValueError, match="QUEUES must be at least 1"):
+        parse_topic("o:0")
+
+
 def test_catalog_placement_and_bad_values() -> None:
     catalog = Catalog()
     info = catalog.create_topic("t", 2, brokers=["broker-1"])

@@ -24,7 +24,7 @@ def test_priority_topic_delivers_higher_priority_first_over_grpc() -> None:
 
     async def scenario() -> list[tuple[str, int, int]]:
         async with (
-            embedded_server(topics=["p:8:PRIORITY"], auto_create=False) as srv,
+            embedded_server(topics=["p:8:PRIORITY"], groups=["g"], auto_create=False) as srv,
             Wire(srv.endpoints[0]) as w,
         ):
             for p in priorities:
@@ -81,7 +81,7 @@ def test_priority_refused_on_auto_created_topic_and_normal_refused_on_priority_t
 def test_client_receives_priority_messages_highest_first() -> None:
     # The reported scenario: the thrust Producer and SimpleConsumer, twenty messages, one broker.
     async def scenario() -> list[int]:
-        async with embedded_server(topics=["jobs:4:PRIORITY"], auto_create=False) as srv:
+        async with embedded_server(topics=["jobs:4:PRIORITY"], groups=["g"], auto_create=False) as srv:
             endpoint = srv.endpoints[0]
             async with thrust.Producer(endpoints=endpoint, topics=["jobs"]) as producer:
                 for i in range(20):

@@ -33,6 +33,10 @@ Each broker listens on its own port (--brokers N: N consecutive ports) and owns 
 topic; QueryRoute on any port lists all of them. Once a port accepts connections the server prints
 exactly one line "listening on HOST:PORT" per broker on stdout. Logs go to stderr.
 
+Like a real cluster, the server knows only the topics and consumer groups given with --topic and --group:
+a client naming another topic gets TOPIC_NOT_FOUND, a consumer of another group CONSUMER_GROUP_NOT_FOUND
+at its first receive. --auto-create creates both on first use instead.
+
 With --tls-cert/--tls-key every port serves TLS instead of plaintext (grpc Python cannot serve both on one
 port, unlike the Java proxy); a --tls-key file that other users can access is refused. The secret key may
 also come from the THRUST_SECRET_KEY environment variable (better than --secret-key, which other local
@@ -96,8 +100,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--auto-create",
         action="store_true",
-        help="create unknown topics on first use, accepting every message type but PRIORITY "
-        "(else TOPIC_NOT_FOUND)",
+        help="create unknown topics on first use, accepting every message type but PRIORITY, and unknown "
+        "consumer groups on their first receive (else TOPIC_NOT_FOUND and CONSUMER_GROUP_NOT_FOUND, as a "
+        "proxy in front of brokers with autoCreateSubscriptionGroup=false)",
     )
     parser.add_argument(
         "--default-queues", type=int, default=4, help="queues of auto-created topics (default 4)"
@@ -106,11 +111,11 @@ def register(subparsers: Any) -> None:
         "--topic",
         action="append",
         default=[],
-        metavar="NAME[:QUEUES[:TYPE]][@B1+B2]",
+        metavar="NAME[:QUEUES][:TYPE][@B1+B2]",
         help="create a topic; TYPE is NORMAL (default), FIFO, DELAY, TRANSACTION, PRIORITY, MIXED or a+b; "
-        "@0+2 places it on brokers 0 and 2 only (default: every broker). A PRIORITY message goes to queue "
-        "min(priority, QUEUES-1) of its broker and each receive takes the highest queue first, so "
-        "QUEUES is the number of priority levels",
+        "NAME:TYPE (as thrust cluster --topic) has 4 queues; @0+2 places it on brokers 0 and 2 only "
+        "(default: every broker). A PRIORITY message goes to queue min(priority, QUEUES-1) of its broker "
+        "and each receive takes the highest queue first, so QUEUES is the number of priority levels",
     )
     parser.add_argument(
         "--group",
@@ -292,6 +297,7 @@ def _config(args: argparse.Namespace) -> ServerConfig:
         ports=ports,
         brokers=args.brokers,
         auto_create_topics=args.auto_create,
+        auto_create_groups=args.auto_create,
         default_queues=args.default_queues,
         topics=tuple(parse_topic(t) for t in args.topic),
         groups=tuple(parse_group(g) for g in args.group),

@@ -308,7 +308,9 @@ class RocketMQCluster:
             two brokers, a cluster-mode proxy).
         topics: created with `mqadmin updateTopicList` at start, as `NAME` or `NAME:TYPE` (TYPE one of
             NORMAL, FIFO, DELAY, TRANSACTION, PRIORITY, MIXED).
-        groups: created with `mqadmin updateSubGroupList` at start, as `NAME` or `NAME:fifo`.
+        groups: created with `mqadmin updateSubGroupList` at start, as `NAME` or `NAME:fifo`. The
+            brokers do not create groups (`autoCreateSubscriptionGroup=false`): a consumer of any other
+            group is refused with CONSUMER_GROUP_NOT_FOUND until `create_group` makes it.
         version: the RocketMQ release (default: `ROCKETMQ_VERSION`).
         proxy_config: extra `rmq-proxy.json` keys over the harness's
             (e.g. `{"minInvisibleTimeMillsForRecv": 1000}`).
@@ -625,7 +627,11 @@ class RocketMQCluster:
             "maxHashSlotNum": "50000",
             "maxIndexNum": "200000",
             "autoCreateTopicEnable": "false",
-            "autoCreateSubscriptionGroup": "true",
+            # A consumer of a group nobody created is refused (CONSUMER_GROUP_NOT_FOUND at its first
+            # receive) instead of getting a group of its own on the broker's first pop
+            # (SubscriptionGroupManager.findSubscriptionGroupConfig): a typo'd group is an error, as
+            # docs/rocketmq.md says. The groups a run needs are created with mqadmin or `admin`.
+            "autoCreateSubscriptionGroup": "false",
             "enablePropertyFilter": "true",  # SQL92 filters
             "timerWheelEnable": "true",  # delay messages with an arbitrary delivery time
             # RecallMessage of a delay message (5.3.2+); upstream's default refuses it with NO_PERMISSION

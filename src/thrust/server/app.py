@@ -1,5 +1,5 @@
 """Configuration of an embedded server: topics, groups, ports, security. Shared by `thrust serve`
-and `thrust.testing` so both accept the same `NAME[:QUEUES[:TYPE]]` / `NAME[:fifo][:max-attempts=N]`
+and `thrust.testing` so both accept the same `NAME[:QUEUES][:TYPE]` / `NAME[:fifo][:max-attempts=N]`
 specs."""
 
 from __future__ import annotations
@@ -54,9 +54,10 @@ class GroupSpec:
 
 
 def parse_topic(spec: str | TopicSpec) -> TopicSpec:
-    """`NAME[:QUEUES[:TYPE]][@B1+B2...]`; TYPE is NORMAL, FIFO, DELAY, TRANSACTION, LITE, PRIORITY, MIXED
+    """`NAME[:QUEUES][:TYPE][@B1+B2...]`; TYPE is NORMAL, FIFO, DELAY, TRANSACTION, LITE, PRIORITY, MIXED
     (the first four, like upstream's MIXED attribute), or several joined by `+` (`NORMAL+DELAY`);
-    `@B1+B2` places the topic on those broker indexes only (default: every broker)."""
+    `@B1+B2` places the topic on those broker indexes only (default: every broker). `NAME:TYPE` is
+    `thrust cluster --topic`'s form: 4 queues."""
     if isinstance(spec, TopicSpec):
         return spec
     body, at, placement = spec.partition("@")
@@ -69,8 +70,10 @@ def parse_topic(spec: str | TopicSpec) -> TopicSpec:
         if any(b < 0 for b in brokers):
             raise ValueError(f"topic spec {spec!r}: broker indexes start at 0")
     parts = body.split(":")
+    if len(parts) == 2 and parts[1] and not _is_int(parts[1]):
+        parts = [parts[0], "", parts[1]]  # NAME:TYPE
     if not parts[0] or len(parts) > 3:
-        raise ValueError(f"topic spec {spec!r} is not NAME[:QUEUES[:TYPE]]")
+        raise ValueError(f"topic spec {spec!r} is not NAME[:QUEUES][:TYPE]")
     queues = 4
     if len(parts) >= 2 and parts[1]:
         try:
@@ -92,6 +95,14 @@ def parse_topic(spec: str | TopicSpec) -> TopicSpec:
                     raise ValueError(f"topic spec {spec!r}: unknown message type {word!r}") from None
         types = tuple(dict.fromkeys(kinds))
     return TopicSpec(parts[0], queues, types, brokers)
+
+
+def _is_int(text: str) -> bool:
+    try:
+        int(text)
+    except ValueError:
+        return False
+    return True
 
 
 def parse_group(spec: str | GroupSpec) -> GroupSpec:
@@ -147,6 +158,10 @@ class ServerConfig:
         ports: explicit ports, one per broker (overrides `port` and `brokers`).
         brokers: number of brokers, each on its own port with its own queues of every topic.
         auto_create_topics: unknown topics are created on first use (else TOPIC_NOT_FOUND).
+        auto_create_groups: unknown consumer groups are created on their first receive, as a broker with
+            `autoCreateSubscriptionGroup=true` does; else that receive answers CONSUMER_GROUP_NOT_FOUND,
+            as a proxy in front of a broker without it does (Settings and QueryAssignment of an unknown
+            group are answered with the defaults either way, as the proxy's are).
         default_queues: queue count of auto-created topics.
         topics / groups: created at start.
         credentials: access key → secret key; enables MQv2-HMAC-SHA1 authentication.
@@ -195,6 +210,7 @@ class ServerConfig:
     ports: tuple[int, ...] = ()
     brokers: int = 1
     auto_create_topics: bool = True
+    auto_create_groups: bool = True
     default_queues: int = 4
     topics: tuple[TopicSpec, ...] = ()
     groups: tuple[GroupSpec, ...] = ()

@@ -37,7 +37,9 @@ class Catalog:
             type but PRIORITY) instead of raising TOPIC_NOT_FOUND, for tests.
         default_queues: queue count of auto-created topics.
         auto_create_groups: `group()` creates unknown groups (non-FIFO, default retry policy) instead
-            of raising CONSUMER_GROUP_NOT_FOUND. Upstream's `autoCreateSubscriptionGroup` is true too.
+            of raising CONSUMER_GROUP_NOT_FOUND, as a broker with `autoCreateSubscriptionGroup=true`
+            (upstream's default) does on its first pop
+            (`SubscriptionGroupManager.findSubscriptionGroupConfig`).
     """
 
     __slots__ = ("_auto_create_groups", "_auto_create_topics", "_default_queues", "_groups", "_topics")
@@ -134,6 +136,10 @@ class Catalog:
     def group(self, name: str) -> GroupInfo:
         """The group `name`; unknown groups are auto-created (non-FIFO) when `auto_create_groups`.
 
+        What a broker's pop asks (apache/rocketmq broker/.../processor/PopMessageProcessor.java): without
+        auto-creation an unknown group is SUBSCRIPTION_GROUP_NOT_EXIST, which the proxy answers as
+        CONSUMER_GROUP_NOT_FOUND (proxy/.../grpc/v2/common/ResponseBuilder.java).
+
         Raises:
             BrokerError(CONSUMER_GROUP_NOT_FOUND): unknown and auto-creation is off.
         """
@@ -141,8 +147,18 @@ class Catalog:
         if info is not None:
             return info
         if not self._auto_create_groups or not name:
-            raise BrokerError(Code.CONSUMER_GROUP_NOT_FOUND, f"consumer group {name!r} does not exist")
+            # PopMessageProcessor's remark (without its FAQ link).
+            raise BrokerError(Code.CONSUMER_GROUP_NOT_FOUND, f"subscription group [{name}] does not exist")
         return self.create_group(name)
+
+    def find_group(self, name: str) -> GroupInfo | None:
+        """The group `name` if it exists, else None; never creates one.
+
+        For the calls where the proxy only reads a group's config and falls back to defaults when there
+        is none (Telemetry settings, `GrpcClientSettingsManager.mergeSubscriptionData`; QueryAssignment's
+        FIFO flag, `RouteActivity.queryAssignment`): they neither refuse nor create an unknown group.
+        """
+        return self._groups.get(name)
 
     def has_topic(self, name: str) -> bool:
         """True when `name` exists (without auto-creating it)."""

@@ -125,7 +125,9 @@ class ClientRegistry:
         group_info = None
         if reported.WhichOneof("pub_sub") == "subscription" and reported.subscription.group.name:
             check_group(reported.subscription.group.name)
-            group_info = self.catalog.group(reported.subscription.group.name)
+            # An unknown group gets the default settings, neither refused nor created
+            # (GrpcClientSettingsManager.mergeSubscriptionData reads the config and keeps the defaults).
+            group_info = self.catalog.find_group(reported.subscription.group.name)
         settings = merge_settings(reported, group_info)
         self._settings[client_id] = settings
         return s.TelemetryCommand(status=_STATUS_OK, settings=settings.merged)

@@ -10,6 +10,7 @@ from thrust._codec.validation import check_group
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as d
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as s
 from thrust.server.auth import Caller
+from thrust.server.core.model import GroupInfo
 from thrust.server.faults import Rpc
 from thrust.server.service.common import _STATUS_OK, ServicerBase
 
@@ -47,7 +48,9 @@ class RouteRpcs(ServicerBase):
         def work(caller: Caller) -> s.QueryAssignmentResponse:
             info = self._topic(request.topic.name)
             check_group(request.group.name)
-            group = self._catalog.group(request.group.name)
+            # The proxy reads the group's config only for its FIFO flag and assigns an unknown group as a
+            # non-FIFO one (RouteActivity.queryAssignment): the refusal comes with the first receive.
+            group = self._catalog.find_group(request.group.name) or GroupInfo(request.group.name)
             response = s.QueryAssignmentResponse(status=_STATUS_OK)
             perm = self._faults.permission(info.name)
             if perm is not None and not perm[0]:

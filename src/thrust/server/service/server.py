@@ -82,7 +82,9 @@ class EmbeddedServer(ClientRegistry):
         if count < 1:
             raise ValueError("at least one broker is needed")
         self.catalog = Catalog(
-            auto_create_topics=config.auto_create_topics, default_queues=config.default_queues
+            auto_create_topics=config.auto_create_topics,
+            default_queues=config.default_queues,
+            auto_create_groups=config.auto_create_groups,
         )
         for topic in config.topics:
             for b in topic.brokers:
