@@ -15,15 +15,40 @@ Logging goes to `logging.getLogger("thrust.*")`; the library never adds handlers
 
 from __future__ import annotations
 
-import logging
-import os
-from typing import TYPE_CHECKING, Any
+# Imported under private names: `dir(thrust)` and completion show the public API only (`__dir__` below).
+import logging as _logging
+import os as _os
+import sys as _sys
+from typing import TYPE_CHECKING
+from typing import Any as _Any
 
 # gRPC's fork handlers serve only its synchronous stack; with grpc.aio threads running they can crash a
 # forked child (seen as SIGSEGV in tests/client/test_client_sync.py). thrust uses grpc.aio only and turns
 # fork use of a client into a clear error itself (thrust.sync), so it asks gRPC to stay out of fork()
 # unless the application chose otherwise. This must happen before grpc is first imported.
-os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
+_os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
+
+
+def _runs_the_cli(argv: list[str], script: str) -> bool:
+    """Whether this process is the `thrust` command: its console script, or `python -m thrust.cli.main`
+    (how `thrust.testing.ServerProcess` and `thrust perf` start `thrust serve`)."""
+    if _os.path.basename(script).removesuffix(".exe") == "thrust":
+        return True
+    return any(a == "-m" and b == "thrust.cli.main" for a, b in zip(argv, argv[1:], strict=False))
+
+
+# gRPC core writes its own log lines to stderr through absl (`I1202 ... Handshake failed`, `E1202 ...
+# add_port.cc ... Address already in use`), outside Python's logging. The `thrust` command reports every
+# such failure itself, in one line naming the error type, so in its processes gRPC core is silenced unless
+# the user asked for its logs (GRPC_VERBOSITY, or GRPC_TRACE, whose traces need a verbosity). grpc reads
+# the variable when it is first imported, hence here, before any thrust module imports it. A library user's
+# process is left as it is.
+if (
+    "GRPC_VERBOSITY" not in _os.environ
+    and "GRPC_TRACE" not in _os.environ
+    and _runs_the_cli(getattr(_sys, "orig_argv", []), _sys.argv[0] if _sys.argv else "")
+):
+    _os.environ["GRPC_VERBOSITY"] = "NONE"
 
 from thrust.config import ClientConfig, Credentials, TlsConfig
 from thrust.errors import (
@@ -65,7 +90,7 @@ if TYPE_CHECKING:
 
     __version__: str
 
-logging.getLogger("thrust").addHandler(logging.NullHandler())
+_logging.getLogger("thrust").addHandler(_logging.NullHandler())
 
 __all__ = [
     "BadRequestError",
@@ -101,7 +126,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _Any:
     # SimpleConsumer and PushConsumer are imported on first use: PushConsumer lives in its own module
     # (written separately) and importing `thrust` should not pay for clients that are not used.
     # `thrust.sync` likewise: `import thrust` then `thrust.sync.Producer(...)` works, and only code that
@@ -130,3 +155,9 @@ def __getattr__(name: str) -> Any:
 
         return PushConsumer
     raise AttributeError(f"module 'thrust' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    # The public names, and the lazily imported ones (`__getattr__`): not the modules and helpers the
+    # package imports for itself (PEP 562).
+    return sorted({*__all__, "__version__", "sync"})
