@@ -31,7 +31,7 @@ from typing import IO, Any
 
 from thrust.bench.lag import GcPauses, LagWindow, LoopLag, format_line, summarise
 from thrust.bench.stats import Recorder, SampleInbox, Summary, format_interval, format_summary
-from thrust.config import Credentials, TlsConfig
+from thrust.config import ClientConfig, Credentials, TlsConfig
 from thrust.message import ConsumeResult, Message, ReceivedMessage
 from thrust.producer import Producer
 
@@ -43,6 +43,11 @@ class PerfOptions:
     """Everything `thrust perf` can be asked for (see `thrust perf e2e --help`)."""
 
     mode: str = "e2e"  # produce | consume | e2e
+    # what is measured: "endpoints" (an existing cluster), or a server perf started, "embedded" or "real"
+    server: str = "embedded"
+    # the connection to an existing cluster, resolved as `ClientConfig.from_env` does (flags over the
+    # ROCKETMQ_* variables); None: built from the fields below
+    config: ClientConfig | None = None
     endpoints: str = ""
     namespace: str = ""
     topic: str = "perf"
@@ -136,6 +141,8 @@ def topic_names(options: PerfOptions) -> list[str]:
 
 
 def _client_kwargs(options: PerfOptions) -> dict[str, Any]:
+    if options.config is not None:
+        return {"config": options.config}
     kwargs: dict[str, Any] = {"endpoints": options.endpoints, "namespace": options.namespace}
     if options.access_key is not None:
         kwargs["credentials"] = Credentials(
