@@ -88,7 +88,13 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     g.add_argument("-m", "--count", type=int, default=0, help="messages in total (0 = unlimited)")
     g.add_argument("--duration", type=_positive_float, default=0.0, help="seconds to run (0 = unlimited)")
     g.add_argument("--warmup", type=_positive_float, default=1.0, help="seconds without latency samples")
-    g.add_argument("-i", "--interval", type=float, default=10.0, help="seconds between stats lines (10)")
+    g.add_argument(
+        "-i",
+        "--interval",
+        type=float,
+        default=None,
+        help="seconds between stats lines and plot points (default 10; with --duration D, D/10 within 1..10)",
+    )
     add_loop_argument(g)
     g.add_argument(
         "--server-loop",
@@ -188,6 +194,14 @@ class UsageError(Exception):
     pass
 
 
+def default_interval(duration: float) -> float:
+    """pulsar-perf's 10 s between stats lines, but about 10 lines (and plot points) for a run of a known
+    `--duration` under 100 s, at most one a second: a 20 s run plotted one point per 10 s is no curve."""
+    if duration <= 0:
+        return 10.0
+    return min(10.0, max(1.0, duration / 10.0))
+
+
 _CREDENTIAL_VARIABLES = ("ROCKETMQ_ACCESS_KEY", "ROCKETMQ_SECRET_KEY", "ROCKETMQ_SESSION_TOKEN")
 
 
@@ -252,7 +266,7 @@ def options_from_args(args: argparse.Namespace, environ: Mapping[str, str] | Non
     o.tls = args.tls
     o.tls_ca = args.tls_ca
     o.tls_server_name = args.tls_server_name
-    o.interval = args.interval
+    o.interval = default_interval(args.duration) if args.interval is None else args.interval
     o.duration = args.duration
     o.count = args.count
     o.warmup = args.warmup
@@ -317,7 +331,7 @@ def options_from_args(args: argparse.Namespace, environ: Mapping[str, str] | Non
         o.tls = config.tls is not None
     if args.fifo and args.delay:
         problems.append("--fifo and --delay are exclusive (a message has one type)")
-    if args.interval <= 0:
+    if o.interval <= 0:
         problems.append("--interval must be > 0")
     if mode in ("consume", "e2e"):
         if args.consumer == "simple" and args.listener_delay:
@@ -371,7 +385,7 @@ def server_env(args: argparse.Namespace, environ: Mapping[str, str] | None = Non
 
 def run(args: argparse.Namespace) -> int:
     from thrust.bench.perf import run_perf, topic_names
-    from thrust.bench.stats import plot
+    from thrust.bench.stats import plot, shown_intervals
 
     if args.loop != "asyncio" or args.server_loop != "asyncio":
         # the uvloop extra missing: say so now (thrust.cli.main names the extra), before any server starts
@@ -428,7 +442,15 @@ def run(args: argparse.Namespace) -> int:
         with open(args.json, "w") as fh:
             json.dump(data, fh, indent=2)
     if args.plot:
-        plot([s for s in (result.produce, result.consume) if s is not None], args.plot)
+        summaries = [s for s in (result.produce, result.consume) if s is not None]
+        plot(summaries, args.plot)
+        points = min((len(shown_intervals(s.intervals)) for s in summaries), default=0)
+        if points < 3:
+            print(
+                f"thrust perf: the plot has {points} point(s) per curve, one per interval of"
+                f" {options.interval:g} s: a shorter --interval draws more",
+                file=sys.stderr,
+            )
     if options.mode == "e2e" and not result.interrupted:
         missing = result.sent_ok - result.received_unique
         if missing > 0:
