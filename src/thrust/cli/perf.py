@@ -32,8 +32,12 @@ _DESCRIPTION = {
 
 
 def _positive_float(text: str) -> float:
-    value = float(text)
-    if value < 0:
+    # argparse words a ValueError as "invalid _positive_float value": say it in words
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value >= 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
     return value
 
