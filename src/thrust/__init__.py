@@ -18,7 +18,6 @@ from __future__ import annotations
 # Imported under private names: `dir(thrust)` and completion show the public API only (`__dir__` below).
 import logging as _logging
 import os as _os
-import sys as _sys
 from typing import TYPE_CHECKING
 from typing import Any as _Any
 
@@ -29,27 +28,8 @@ from typing import Any as _Any
 _os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
 
-def _runs_the_cli(argv: list[str], script: str) -> bool:
-    """Whether this process is the `thrust` command: its console script, or `python -m thrust.cli.main`
-    (how `thrust.testing.ServerProcess` and `thrust perf` start `thrust serve`)."""
-    if _os.path.basename(script).removesuffix(".exe") == "thrust":
-        return True
-    return any(a == "-m" and b == "thrust.cli.main" for a, b in zip(argv, argv[1:], strict=False))
-
-
-# gRPC core writes its own log lines to stderr through absl (`I1202 ... Handshake failed`, `E1202 ...
-# add_port.cc ... Address already in use`), outside Python's logging. The `thrust` command reports every
-# such failure itself, in one line naming the error type, so in its processes gRPC core is silenced unless
-# the user asked for its logs (GRPC_VERBOSITY, or GRPC_TRACE, whose traces need a verbosity). grpc reads
-# the variable when it is first imported, hence here, before any thrust module imports it. A library user's
-# process is left as it is.
-if (
-    "GRPC_VERBOSITY" not in _os.environ
-    and "GRPC_TRACE" not in _os.environ
-    and _runs_the_cli(getattr(_sys, "orig_argv", []), _sys.argv[0] if _sys.argv else "")
-):
-    _os.environ["GRPC_VERBOSITY"] = "NONE"
-
+# First: gRPC core's own log lines in the `thrust` command, off unless asked for (before grpc is imported).
+from thrust import _grpc_logs  # noqa: F401
 from thrust.config import ClientConfig, Credentials, TlsConfig
 from thrust.errors import (
     BadRequestError,

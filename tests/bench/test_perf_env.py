@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests.engines import Engine
-from thrust.cli.main import build_parser
 from thrust.cli import perf as perf_cli
+from thrust.cli.main import build_parser
 from thrust.testing import ServerThread
 
 REPO = Path(__file__).resolve().parents[2]

@@ -44,7 +44,9 @@ def busy_port() -> Iterator[int]:
 def test_serve_on_a_busy_port_prints_thrusts_line_only(busy_port: int, how: str) -> None:
     done = _run([*COMMANDS[how], "serve", "--port", str(busy_port)], _env())
     assert done.returncode == 1
-    assert done.stderr.splitlines() == [f"thrust serve: error: cannot bind 127.0.0.1:{busy_port}"], done.stderr
+    assert done.stderr.splitlines() == [f"thrust serve: error: cannot bind 127.0.0.1:{busy_port}"], (
+        done.stderr
+    )
 
 
 def test_a_users_grpc_verbosity_is_kept(busy_port: int) -> None:
