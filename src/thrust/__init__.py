@@ -15,16 +15,21 @@ Logging goes to `logging.getLogger("thrust.*")`; the library never adds handlers
 
 from __future__ import annotations
 
-import logging
-import os
-from typing import TYPE_CHECKING, Any
+# Imported under private names: `dir(thrust)` and completion show the public API only (`__dir__` below).
+import logging as _logging
+import os as _os
+from typing import TYPE_CHECKING
+from typing import Any as _Any
 
 # gRPC's fork handlers serve only its synchronous stack; with grpc.aio threads running they can crash a
 # forked child (seen as SIGSEGV in tests/client/test_client_sync.py). thrust uses grpc.aio only and turns
 # fork use of a client into a clear error itself (thrust.sync), so it asks gRPC to stay out of fork()
 # unless the application chose otherwise. This must happen before grpc is first imported.
-os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
+_os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
+
+# First: gRPC core's own log lines in the `thrust` command, off unless asked for (before grpc is imported).
+from thrust import _grpc_logs  # noqa: F401
 from thrust.config import ClientConfig, Credentials, TlsConfig
 from thrust.errors import (
     BadRequestError,
@@ -65,7 +70,7 @@ if TYPE_CHECKING:
 
     __version__: str
 
-logging.getLogger("thrust").addHandler(logging.NullHandler())
+_logging.getLogger("thrust").addHandler(_logging.NullHandler())
 
 __all__ = [
     "BadRequestError",
@@ -101,7 +106,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _Any:
     # SimpleConsumer and PushConsumer are imported on first use: PushConsumer lives in its own module
     # (written separately) and importing `thrust` should not pay for clients that are not used.
     # `thrust.sync` likewise: `import thrust` then `thrust.sync.Producer(...)` works, and only code that
@@ -130,3 +135,9 @@ def __getattr__(name: str) -> Any:
 
         return PushConsumer
     raise AttributeError(f"module 'thrust' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    # The public names, and the lazily imported ones (`__getattr__`): not the modules and helpers the
+    # package imports for itself (PEP 562).
+    return sorted({*__all__, "__version__", "sync"})

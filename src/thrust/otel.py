@@ -21,6 +21,7 @@ This module is the only one that imports OpenTelemetry, and `import thrust` does
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
 import weakref
@@ -57,6 +58,9 @@ _DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0,
 _LONG_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 60.0)
 
 _PROPAGATOR = TraceContextTextMapPropagator()
+
+# Closed clients whose final counts are still reported (the most recent ones; see `detach`).
+_CLOSED_KEPT = 256
 
 
 def instrument(
@@ -253,6 +257,8 @@ class OpenTelemetryInstrumentation:
         self._lock = threading.Lock()
         # Clients attached and not closed; weak, so that a client dropped without close() is not kept.
         self._clients: weakref.WeakKeyDictionary[Any, _Client] = weakref.WeakKeyDictionary()
+        # The last stats() of clients that closed, with their class: their counters stay observed.
+        self._closed: collections.deque[tuple[type, _Client, Any]] = collections.deque(maxlen=_CLOSED_KEPT)
         self._operation_duration = meter.create_histogram(
             "messaging.client.operation.duration",
             unit="s",
@@ -321,8 +327,24 @@ class OpenTelemetryInstrumentation:
             self._clients[client] = _Client(client)
 
     def detach(self, client: Any) -> None:
+        # A closed client's counters keep their final values in every later collection: a cumulative
+        # counter that disappears loses what it counted from the export, and the one export of a short
+        # job is often the last, at MeterProvider.shutdown(), after its clients closed. The stats are
+        # taken now, once the client has stopped counting. Only the most recent closed clients are kept,
+        # so that an application making clients in a loop does not grow without bound; their gauges
+        # (in flight, cached) are no longer reported, as a closed client holds nothing.
         with self._lock:
-            self._clients.pop(client, None)
+            info = self._clients.pop(client, None)
+        if info is None:
+            return
+        for _ in range(3):
+            try:
+                final = client.stats()
+            except RuntimeError:
+                continue
+            with self._lock:
+                self._closed.append((type(client), info, final))
+            break
 
     def _client(self, client: Any) -> _Client:
         known = self._clients.get(client)
@@ -412,9 +434,14 @@ class OpenTelemetryInstrumentation:
 
     # -- observable instruments: read the clients' stats() when the provider collects -------------------
 
-    def _stats(self, kind: type[Producer | SimpleConsumer | PushConsumer]) -> Iterator[tuple[_Client, Any]]:
+    def _stats(
+        self, kind: type[Producer | SimpleConsumer | PushConsumer], closed: bool = True
+    ) -> Iterator[tuple[_Client, Any]]:
+        """(client attributes, stats) of every attached client of `kind`, then (with `closed`) the final
+        stats of the closed ones."""
         with self._lock:
             clients = list(self._clients.items())
+            final = [(info, stats) for cls, info, stats in self._closed if issubclass(cls, kind)]
         for client, info in clients:
             if not isinstance(client, kind):
                 continue
@@ -428,6 +455,8 @@ class OpenTelemetryInstrumentation:
                     continue
                 yield info, stats
                 break
+        if closed:
+            yield from final
 
     @staticmethod
     def _with(info: _Client, **extra: Any) -> dict[str, Any]:
@@ -448,7 +477,7 @@ class OpenTelemetryInstrumentation:
         return [Observation(s.retries, self._with(info)) for info, s in self._stats(Producer)]
 
     def _observe_in_flight(self, options: CallbackOptions) -> Iterable[Observation]:
-        return [Observation(s.in_flight, self._with(info)) for info, s in self._stats(Producer)]
+        return [Observation(s.in_flight, self._with(info)) for info, s in self._stats(Producer, closed=False)]
 
     def _observe_consumed(self, options: CallbackOptions) -> Iterable[Observation]:
         op = {"messaging.operation.name": "receive"}
@@ -474,7 +503,13 @@ class OpenTelemetryInstrumentation:
         return out
 
     def _observe_cached_messages(self, options: CallbackOptions) -> Iterable[Observation]:
-        return [Observation(s.cached_messages, self._with(info)) for info, s in self._stats(PushConsumer)]
+        return [
+            Observation(s.cached_messages, self._with(info))
+            for info, s in self._stats(PushConsumer, closed=False)
+        ]
 
     def _observe_cached_bytes(self, options: CallbackOptions) -> Iterable[Observation]:
-        return [Observation(s.cached_bytes, self._with(info)) for info, s in self._stats(PushConsumer)]
+        return [
+            Observation(s.cached_bytes, self._with(info))
+            for info, s in self._stats(PushConsumer, closed=False)
+        ]

@@ -110,19 +110,34 @@ def test_tls_credentials_example_against_the_real_proxy_over_tls(rocketmq: Clust
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+# How a user runs the pytest example: the documented command, from the repository's root, with pytest
+# and thrust but not the plugins of thrust's own test suite (pytest-timeout, whose `timeout` option the
+# repository's pyproject.toml sets: under its `filterwarnings = error` an unknown option failed the run).
+_PYTEST_ENVIRONMENTS = {
+    "without pytest-timeout": (["-p", "no:timeout"], {}),
+    "pytest and thrust only": (["-p", "thrust.pytest_plugin"], {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}),
+}
+
+
 @pytest.mark.slow
-def test_pytest_example_runs_with_the_plugin() -> None:
+@pytest.mark.parametrize("environment", sorted(_PYTEST_ENVIRONMENTS))
+def test_pytest_example_runs_as_documented_from_the_repository_root(environment: str) -> None:
+    script = EXAMPLES / "test_with_thrust_server.py"
+    assert "Run: `pytest examples/test_with_thrust_server.py`" in script.read_text()
+    flags, extra_env = _PYTEST_ENVIRONMENTS[environment]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "ROCKETMQ_"))}
     done = subprocess.run(
         [
             sys.executable,
             "-m",
             "pytest",
-            "-q",
             "-p",
             "no:cacheprovider",
-            str(EXAMPLES / "test_with_thrust_server.py"),
+            *flags,
+            "examples/test_with_thrust_server.py",
         ],
-        cwd=EXAMPLES,
+        cwd=EXAMPLES.parent,
+        env={**env, **extra_env},
         capture_output=True,
         text=True,
         timeout=120,

@@ -31,7 +31,7 @@ from typing import IO, Any
 
 from thrust.bench.lag import GcPauses, LagWindow, LoopLag, format_line, summarise
 from thrust.bench.stats import Recorder, SampleInbox, Summary, format_interval, format_summary
-from thrust.config import Credentials, TlsConfig
+from thrust.config import ClientConfig, Credentials, TlsConfig
 from thrust.message import ConsumeResult, Message, ReceivedMessage
 from thrust.producer import Producer
 
@@ -43,6 +43,11 @@ class PerfOptions:
     """Everything `thrust perf` can be asked for (see `thrust perf e2e --help`)."""
 
     mode: str = "e2e"  # produce | consume | e2e
+    # what is measured: "endpoints" (an existing cluster), or a server perf started, "embedded" or "real"
+    server: str = "embedded"
+    # the connection to an existing cluster, resolved as `ClientConfig.from_env` does (flags over the
+    # ROCKETMQ_* variables); None: built from the fields below
+    config: ClientConfig | None = None
     endpoints: str = ""
     namespace: str = ""
     topic: str = "perf"
@@ -136,6 +141,8 @@ def topic_names(options: PerfOptions) -> list[str]:
 
 
 def _client_kwargs(options: PerfOptions) -> dict[str, Any]:
+    if options.config is not None:
+        return {"config": options.config}
     kwargs: dict[str, Any] = {"endpoints": options.endpoints, "namespace": options.namespace}
     if options.access_key is not None:
         kwargs["credentials"] = Credentials(
@@ -469,9 +476,11 @@ class _Run:
         while ids:
             seen.add(ids.popleft())
 
-    def _report(self, sides: list[Recorder]) -> None:
+    def _report(self, sides: list[Recorder], *, partial: bool = False, show: bool = True) -> None:
         for rec in sides:
-            self.display.line(format_interval(rec.name, rec.report()))
+            stats = rec.report(partial=partial)
+            if show:
+                self.display.line(format_interval(rec.name, stats))
         # Beside the interval: how late perf's own loop and the server's woke up, and their collections
         # (issue 17, item 8): a latency tail with a matching lag names the process that stalled.
         self.lag_window.add(self.loop_lag.take(), self.gc_pauses.take())
@@ -479,7 +488,8 @@ class _Run:
         server_window = self.o.server_lag() if self.o.server_lag is not None else None
         server = summarise(server_window) if server_window is not None else None
         self.lag_rows.append({"client": client, "server": server})
-        self.display.line(format_line(client, server))
+        if show:
+            self.display.line(format_line(client, server))
 
     def _status(self, sides: list[Recorder]) -> None:
         parts = [f"{r.name}: {r.total} msg, {r.current_rate():.0f} msg/s, {r.errors} err" for r in sides]
@@ -571,9 +581,10 @@ class _Run:
             with _suppress_not_impl():
                 loop.remove_signal_handler(signal.SIGINT)
             self.display.clear()
-        # the last, partial interval
+        # The last, partial interval: in the JSON (the intervals add up to the totals), but printed only
+        # when the run had no whole interval (`thrust.bench.stats.shown_intervals`).
         if any(r.total - (r.intervals[-1].total if r.intervals else 0) for r in sides):
-            self._report(sides)
+            self._report(sides, partial=True, show=not any(r.intervals for r in sides))
         produce = self.send_recorder.summary() if o.mode in ("produce", "e2e") else None
         consume = self.recv_recorder.summary() if o.mode in ("consume", "e2e") else None
         for s in (produce, consume):

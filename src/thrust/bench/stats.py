@@ -33,6 +33,7 @@ __all__ = [
     "format_summary",
     "plot",
     "plot_series",
+    "shown_intervals",
 ]
 
 HIGHEST_US: Final = 3_600_000_000  # one hour in µs: pulsar-perf master's producer clamp
@@ -119,6 +120,10 @@ class IntervalStats:
     mbit: float  # Mbit/s of payload over the interval (bytes * 8 / 2**20, as pulsar-perf)
     errors: int
     latency: LatencyStats
+    # messages of the interval that came during the warm-up: counted, without a latency sample
+    warmup_messages: int = 0
+    # the run's last interval, cut short when the run ended (`seconds` says how long it was)
+    partial: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -138,6 +143,8 @@ class Summary:
     latency: LatencyStats
     intervals: tuple[IntervalStats, ...]
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+    warmup_messages: int = 0  # messages that came during the warm-up (no latency sample)
+    warmup: float = 0.0  # the warm-up, seconds
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -169,6 +176,8 @@ class Recorder:
         self._last_total = 0
         self._last_bytes = 0
         self._last_errors = 0
+        self.warmup_messages = 0
+        self._last_warmup_messages = 0
         self.intervals: list[IntervalStats] = []
         self.extra: dict[str, Any] = {}
 
@@ -185,6 +194,7 @@ class Recorder:
         self.bytes += nbytes
         if not self._warm:
             if self._clock() < self._warm_at:
+                self.warmup_messages += 1
                 return
             self._warm = True
         if latency_us >= 0:
@@ -195,8 +205,9 @@ class Recorder:
     def record_error(self, count: int = 1) -> None:
         self.errors += count
 
-    def report(self) -> IntervalStats:
-        """Close the current interval, reset its histogram and return its numbers."""
+    def report(self, *, partial: bool = False) -> IntervalStats:
+        """Close the current interval, reset its histogram and return its numbers (`partial`: the last one,
+        cut short by the end of the run)."""
         now = self._clock()
         seconds = max(now - self._last_report, 1e-9)
         count = self.total - self._last_total
@@ -211,12 +222,15 @@ class Recorder:
             mbit=nbytes * 8 / seconds / (1024 * 1024),
             errors=errors,
             latency=LatencyStats.of(self._interval),
+            warmup_messages=self.warmup_messages - self._last_warmup_messages,
+            partial=partial,
         )
         self._interval.reset()
         self._last_report = now
         self._last_total = self.total
         self._last_bytes = self.bytes
         self._last_errors = self.errors
+        self._last_warmup_messages = self.warmup_messages
         self.intervals.append(stats)
         return stats
 
@@ -238,6 +252,8 @@ class Recorder:
             latency=LatencyStats.of(self._cumulative),
             intervals=tuple(self.intervals),
             extra=dict(self.extra),
+            warmup_messages=self.warmup_messages,
+            warmup=self._warm_at - self.started,
         )
 
 
@@ -285,12 +301,23 @@ def _latency_fields(lat: LatencyStats, *, with_99999: bool = False) -> str:
     return " - ".join(parts)
 
 
+def _no_sample_reason(lat: LatencyStats, warmup_messages: int) -> str:
+    """Why a latency shows "-" although messages came: they all came during the warm-up."""
+    if lat.count or not warmup_messages:
+        return ""
+    return f" (no sample: {warmup_messages} msg in the warm-up)"
+
+
 def format_interval(name: str, stats: IntervalStats) -> str:
-    """`Throughput produced: N msg --- R msg/s --- M Mbit/s --- errors E --- Latency: mean ...` (ms)."""
+    """`Throughput produced: N msg --- R msg/s --- M Mbit/s --- errors E --- Latency: mean ...` (ms); a
+    partial interval says how long it was (`Throughput produced (last 0.60 s): ...`)."""
     verb = _VERB.get(name, name)
+    if stats.partial:
+        verb += f" (last {stats.seconds:.2f} s)"
     return (
         f"Throughput {verb}: {stats.total:8d} msg --- {stats.rate:9.1f} msg/s --- {stats.mbit:7.3f} Mbit/s "
         f"--- errors {stats.errors:4d} --- {_latency_fields(stats.latency)}"
+        + _no_sample_reason(stats.latency, stats.warmup_messages)
     )
 
 
@@ -301,8 +328,18 @@ def format_summary(summary: Summary) -> list[str]:
     return [
         f"Aggregated throughput stats ({summary.name}) --- {summary.total} records {verb} --- "
         f"{summary.rate:.1f} msg/s --- {summary.mbit:.3f} Mbit/s --- errors {summary.errors}{extra}",
-        f"Aggregated latency stats ({summary.name}) --- {_latency_fields(summary.latency, with_99999=True)}",
+        f"Aggregated latency stats ({summary.name}) --- {_latency_fields(summary.latency, with_99999=True)}"
+        + _no_summary_sample_reason(summary),
     ]
+
+
+def _no_summary_sample_reason(summary: Summary) -> str:
+    if summary.latency.count or not summary.warmup_messages:
+        return ""
+    return (
+        f" (no sample: all {summary.warmup_messages} msg came during the {summary.warmup:g} s warm-up,"
+        " a backlog drained before it ended; --warmup 0 measures them)"
+    )
 
 
 _PLOTTED_LATENCIES: Final = (("p50", "p50"), ("p99", "p99"), ("p99.9", "p999"), ("max", "max"))
@@ -317,11 +354,20 @@ class PlotSeries:
     latency: dict[str, list[float]]
 
 
+def shown_intervals(intervals: Sequence[IntervalStats]) -> list[IntervalStats]:
+    """The intervals printed and plotted: all but a last, partial one after whole ones. That tail is the
+    fraction of an interval in which the run ended (often a few hundredths of a second, the last messages
+    or none): as a rate it reads as a throughput cliff. Its messages are in the totals and the JSON."""
+    if len(intervals) > 1 and intervals[-1].partial:
+        return list(intervals[:-1])
+    return list(intervals)
+
+
 def plot_series(summary: Summary) -> PlotSeries:
-    """The per-interval data `plot` hands to matplotlib. An interval without latency samples is NaN on
-    the latency lines, which matplotlib leaves as a gap: 0 would draw a drop to the bottom of the log
-    axis for an interval that measured nothing. Its rate stays 0 msg/s, which it was."""
-    intervals = summary.intervals
+    """The per-interval data `plot` hands to matplotlib (`shown_intervals`). An interval without latency
+    samples is NaN on the latency lines, which matplotlib leaves as a gap: 0 would draw a drop to the
+    bottom of the log axis for an interval that measured nothing. Its rate stays 0 msg/s, which it was."""
+    intervals = shown_intervals(summary.intervals)
     return PlotSeries(
         elapsed=[i.elapsed for i in intervals],
         rate=[i.rate for i in intervals],

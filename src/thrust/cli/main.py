@@ -11,6 +11,7 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 __all__ = ["COMMAND_MODULES", "build_parser", "main"]
 
@@ -42,13 +43,27 @@ def _version() -> str:
     return str(thrust.__version__)
 
 
+class SubcommandParser(argparse.ArgumentParser):
+    """The parser of a subcommand (and of `thrust perf`'s modes): an argument it does not know is its own
+    usage error. argparse hands a subparser's unknown arguments up to the top-level parser, whose error
+    shows `thrust`'s usage instead of the subcommand's, the one that tells what the subcommand takes."""
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: Any = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The `thrust` parser with every available subcommand registered."""
     parser = argparse.ArgumentParser(
         prog="thrust", description="asyncio-native Apache RocketMQ 5 client tools and embedded server"
     )
     parser.add_argument("--version", action="version", version=f"thrust {_version()}")
-    subparsers = parser.add_subparsers(dest="command", metavar="<command>")
+    subparsers = parser.add_subparsers(dest="command", metavar="<command>", parser_class=SubcommandParser)
     for name in COMMAND_MODULES:
         try:
             module = importlib.import_module(name)

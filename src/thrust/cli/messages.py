@@ -16,11 +16,14 @@ import os
 import sys
 import time
 from collections.abc import Iterator
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from thrust.config import ClientConfig, TlsConfig, credentials_from
 from thrust.errors import ThrustError
 from thrust.message import FilterExpression, Message, ReceivedMessage
+
+if TYPE_CHECKING:
+    from thrust.simple_consumer import SimpleConsumer
 
 __all__ = ["message_to_json", "register"]
 
@@ -48,7 +51,17 @@ def register(subparsers: Any) -> None:
     send.add_argument("--delay", type=_non_negative, default=None, metavar="SECONDS", help="a delay message")
     send.add_argument("--lines", action="store_true", help="one message per stdin line (empty lines skipped)")
     send.add_argument(
-        "--format", choices=("text", "json"), default="text", help="text: the ids; json: receipts"
+        "--keep-newline",
+        action="store_true",
+        help="a body read from stdin keeps its trailing newline (by default one \\n or \\r\\n is removed, as"
+        " kcat does: `echo hi | thrust send` sends 'hi'); with --lines each line keeps its own",
+    )
+    send.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default="text",
+        help="text: the ids; json: receipts (message_id, topic, offset, recall_handle; no queue id: the"
+        " proxy picks the queue and its answer does not name it, ReceivedMessage.queue_id has it)",
     )
     send.set_defaults(func=run_send)
 
@@ -101,22 +114,34 @@ def _property(text: str) -> tuple[str, str]:
     return key, value
 
 
+# argparse words a type function's ValueError as "invalid <function name> value": each says what is
+# wrong in words instead.
+def _seconds(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+
+
 def _positive(text: str) -> float:
-    value = float(text)
+    value = _seconds(text)
     if not value > 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not > 0")
     return value
 
 
 def _non_negative(text: str) -> float:
-    value = float(text)
+    value = _seconds(text)
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not >= 0")
     return value
 
 
 def _positive_int(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not >= 1")
     return value
@@ -157,20 +182,27 @@ def _fail(command: str, exc: BaseException, status: int = 1) -> int:
 # -- send --------------------------------------------------------------------------------------------
 
 
+def _strip_newline(data: bytes) -> bytes:
+    """`data` without one trailing line end (`\\r\\n` or `\\n`), the one `echo` and most tools write."""
+    if data.endswith(b"\r\n"):
+        return data[:-2]
+    return data[:-1] if data.endswith(b"\n") else data
+
+
 def _bodies(args: argparse.Namespace, stdin: TextIO) -> Iterator[bytes]:
+    keep = getattr(args, "keep_newline", False)
     if args.lines:
         if args.body not in (None, "-"):
             raise ValueError("--lines reads stdin: give no BODY")
         for line in stdin:
-            line = line.rstrip("\r\n")
-            if line:
-                yield line.encode()
+            if line.rstrip("\r\n"):
+                yield line.encode() if keep else line.rstrip("\r\n").encode()
         return
     if args.body is not None and args.body != "-":
         yield args.body.encode()
         return
     data = stdin.buffer.read() if hasattr(stdin, "buffer") else stdin.read().encode()
-    yield data
+    yield data if keep else _strip_newline(data)
 
 
 def run_send(args: argparse.Namespace) -> int:
@@ -252,6 +284,9 @@ def _text(m: ReceivedMessage) -> str:
         head += f" keys={','.join(m.keys)}"
     if m.message_group:
         head += f" group={m.message_group}"
+    if m.properties:
+        # JSON: a key or value may hold spaces, '=' or ','
+        head += f" properties={json.dumps(dict(m.properties), ensure_ascii=False, separators=(',', ':'))}"
     head += f" attempt={m.delivery_attempt}"
     return f"{head}\n{m.body.decode('utf-8', errors='replace')}"
 
@@ -267,28 +302,55 @@ def run_consume(args: argparse.Namespace) -> int:
         return 130
 
 
+async def _receive_within(consumer: SimpleConsumer, want: int, left: float) -> list[ReceivedMessage] | None:
+    """`consumer.receive(want)` given `left` seconds: None when they ran out first (the receive is then
+    cancelled). Not `asyncio.wait_for`: its TimeoutError is also the class of a receive's own timeout
+    (`thrust.TimeoutError`), which must not pass for idling."""
+    if left <= 0:
+        return None
+    task = asyncio.ensure_future(consumer.receive(want))
+    done, _ = await asyncio.wait({task}, timeout=left)
+    if done:
+        return task.result()
+    task.cancel()
+    try:
+        return await task  # answered before the cancel took effect: keep it
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise  # this command is being cancelled, not only the receive
+        return None
+
+
 async def _consume(args: argparse.Namespace, config: ClientConfig, out: TextIO) -> int:
     from thrust.simple_consumer import SimpleConsumer
 
     expression = FilterExpression.sql(args.filter) if args.sql else FilterExpression.tag(args.filter)
     seen = 0
-    # A receive long-polls up to its await duration: keep it within --idle, so that idling ends on time.
-    wait = min(20.0, args.idle) if args.idle is not None else 20.0
+    # A receive long-polls for 20 s, the proxy's longest; --idle is not given to the server as the
+    # await duration, which the proxy raises to its 5 s minimum (grpcClientConsumerMinLongPollingTimeout
+    # Millis, apache/rocketmq proxy/.../ReceiveMessageActivity.java): idling ends at its own deadline,
+    # cancelling the receive in flight. The proxy makes visible again within 1 s any message it could not
+    # write to the cancelled stream (ReceiveMessageResponseStreamWriter: NACK_INVISIBLE_TIME).
     last = time.monotonic()
     try:
         async with SimpleConsumer(
             config,
             group=args.group,
             subscriptions={args.topic: expression},
-            await_duration=wait,
+            await_duration=20.0,
             invisible_duration=args.invisible,
         ) as consumer:
             while args.count is None or seen < args.count:
                 want = 32 if args.count is None else min(32, args.count - seen)
-                batch = await consumer.receive(want)
-                if not batch:
-                    if args.idle is not None and time.monotonic() - last >= args.idle:
+                if args.idle is None:
+                    batch = await consumer.receive(want)
+                else:
+                    got = await _receive_within(consumer, want, last + args.idle - time.monotonic())
+                    if got is None:
                         break
+                    batch = got
+                if not batch:
                     continue
                 last = time.monotonic()
                 for m in batch:

@@ -1,8 +1,10 @@
 """`thrust perf produce|consume|e2e`: load generator and latency meter, in the spirit of pulsar-perf.
 
-Without `--endpoints` it starts the embedded server (`thrust serve`) in a subprocess with the topics and
-groups the run needs, or with `--server real` a real Apache RocketMQ in local mode (the harness of
-`thrust cluster`), and stops it at the end. With `--endpoints` the topics and the group must exist.
+It connects as `thrust send` and `thrust consume` do, with `ClientConfig.from_env`: `--endpoints` (else
+`$ROCKETMQ_ENDPOINTS`) names an existing cluster, whose topics and group must exist, and the connection
+flags win over the `ROCKETMQ_*` variables. Without either, or with `--server`, it starts the embedded
+server (`thrust serve`) in a subprocess with the topics and groups the run needs, or with `--server real` a
+real Apache RocketMQ in local mode (the harness of `thrust cluster`), and stops it at the end.
 Every `--interval` seconds it prints one line per side in the pulsar-perf shape; at exit (Ctrl-C
 included) the aggregated HdrHistogram summary; `--json` and `--plot` save the results.
 """
@@ -12,7 +14,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from thrust.cli.loops import LOOPS, add_loop_argument
@@ -28,8 +32,12 @@ _DESCRIPTION = {
 
 
 def _positive_float(text: str) -> float:
-    value = float(text)
-    if value < 0:
+    # argparse words a ValueError as "invalid _positive_float value": say it in words
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value >= 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
     return value
 
@@ -43,23 +51,32 @@ def _on_off(text: str) -> bool:
 
 
 def _add_common(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("connection")
+    g = p.add_argument_group("connection (flags win over ROCKETMQ_* environment variables)")
     g.add_argument(
         "--endpoints",
         default=None,
-        help="an existing cluster's proxy (its topics and group must exist); default: start a server",
+        help="an existing cluster's proxy (its topics and group must exist); default $ROCKETMQ_ENDPOINTS,"
+        " and without it perf starts a server (--server)",
     )
     g.add_argument(
         "--server",
         choices=("embedded", "real"),
-        default="embedded",
-        help="without --endpoints: the embedded server (default) or a real RocketMQ in local mode (Java 17"
-        " and Maven; its topics and group are created, and it is stopped at the end)",
+        default=None,
+        help="start a server for the run (and stop it at the end), even with $ROCKETMQ_ENDPOINTS set: the"
+        " embedded server (the default without endpoints) or a real RocketMQ in local mode (Java 17 and"
+        " Maven; its topics and group are created)",
     )
-    g.add_argument("--namespace", default="", help="namespace (default none)")
-    g.add_argument("--access-key", default=None, help="credentials: access key (MQv2-HMAC-SHA1)")
-    g.add_argument("--secret-key", default=None, help="credentials: secret key")
-    g.add_argument("--tls", action="store_true", help="connect with TLS (needs --endpoints)")
+    g.add_argument("--namespace", default=None, help="namespace (default $ROCKETMQ_NAMESPACE, else none)")
+    g.add_argument(
+        "--access-key",
+        default=None,
+        help="credentials (MQv2-HMAC-SHA1): access key, with the secret in $ROCKETMQ_SECRET_KEY or"
+        " --secret-key; for a server perf starts, the credentials it requires",
+    )
+    g.add_argument(
+        "--secret-key", default=None, help="prefer $ROCKETMQ_SECRET_KEY: argv is visible to others"
+    )
+    g.add_argument("--tls", action="store_true", help="connect with TLS (an existing cluster only)")
     g.add_argument("--tls-ca", default=None, help="PEM CA bundle for --tls")
     g.add_argument("--tls-server-name", default=None, help="server name to verify for --tls")
     g = p.add_argument_group("topics")
@@ -75,7 +92,13 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     g.add_argument("-m", "--count", type=int, default=0, help="messages in total (0 = unlimited)")
     g.add_argument("--duration", type=_positive_float, default=0.0, help="seconds to run (0 = unlimited)")
     g.add_argument("--warmup", type=_positive_float, default=1.0, help="seconds without latency samples")
-    g.add_argument("-i", "--interval", type=float, default=10.0, help="seconds between stats lines (10)")
+    g.add_argument(
+        "-i",
+        "--interval",
+        type=float,
+        default=None,
+        help="seconds between stats lines and plot points (default 10; with --duration D, D/10 within 1..10)",
+    )
     add_loop_argument(g)
     g.add_argument(
         "--server-loop",
@@ -175,22 +198,79 @@ class UsageError(Exception):
     pass
 
 
-def options_from_args(args: argparse.Namespace) -> Any:
-    """`PerfOptions` from the parsed arguments; `UsageError` for combinations not supported."""
+def default_interval(duration: float) -> float:
+    """pulsar-perf's 10 s between stats lines, but about 10 lines (and plot points) for a run of a known
+    `--duration` under 100 s, at most one a second: a 20 s run plotted one point per 10 s is no curve."""
+    if duration <= 0:
+        return 10.0
+    return min(10.0, max(1.0, duration / 10.0))
+
+
+_CREDENTIAL_VARIABLES = ("ROCKETMQ_ACCESS_KEY", "ROCKETMQ_SECRET_KEY", "ROCKETMQ_SESSION_TOKEN")
+
+
+def target(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> str:
+    """What the run measures: "endpoints", an existing cluster (`--endpoints`, else `$ROCKETMQ_ENDPOINTS`
+    unless `--server` asks for a server of perf's own), or a server perf starts, "embedded" or "real"."""
+    env = os.environ if environ is None else environ
+    if args.endpoints:
+        return "endpoints"
+    if args.server is not None:
+        return str(args.server)
+    return "endpoints" if env.get("ROCKETMQ_ENDPOINTS") else "embedded"
+
+
+def _secret(args: argparse.Namespace, env: Mapping[str, str]) -> str | None:
+    """The secret key of `--access-key`: `--secret-key`, else `$ROCKETMQ_SECRET_KEY` (as send/consume)."""
+    if args.secret_key is not None or args.access_key is None:
+        return args.secret_key  # type: ignore[no-any-return]
+    return env.get("ROCKETMQ_SECRET_KEY") or None
+
+
+def _cluster_config(args: argparse.Namespace, env: Mapping[str, str]) -> Any:
+    """The `ClientConfig` of an existing cluster: `ClientConfig.from_env` with the flags as overrides, as
+    `thrust send` and `thrust consume` build theirs."""
+    from thrust.config import ClientConfig, Credentials, TlsConfig
+
+    overrides: dict[str, Any] = {}
+    if args.endpoints:
+        overrides["endpoints"] = args.endpoints
+    if args.namespace is not None:
+        overrides["namespace"] = args.namespace
+    if args.access_key is not None:
+        overrides["credentials"] = Credentials(
+            access_key=args.access_key, secret_key=_secret(args, env) or ""
+        )
+        # the flag's credentials replace the environment's whole (its secret was taken above)
+        env = {k: v for k, v in env.items() if k not in _CREDENTIAL_VARIABLES}
+    if args.tls or args.tls_ca or args.tls_server_name:
+        overrides["tls"] = TlsConfig(ca_file=args.tls_ca, server_name=args.tls_server_name)
+    try:
+        return ClientConfig.from_env(env, **overrides)
+    except ValueError as exc:  # a bad ROCKETMQ_* variable or flag
+        raise UsageError(str(exc)) from exc
+
+
+def options_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Any:
+    """`PerfOptions` from the parsed arguments and the environment (default `os.environ`); `UsageError`
+    for combinations not supported."""
     from thrust.bench.perf import PerfOptions
 
+    env = os.environ if environ is None else environ
     mode = args.perf_mode
     o = PerfOptions(mode=mode)
+    o.server = target(args, env)
+    secret = _secret(args, env)
     o.endpoints = args.endpoints or ""
-    o.namespace = args.namespace
+    o.namespace = args.namespace or ""
     o.topic = args.topic
     o.num_topics = args.num_topics
     o.access_key = args.access_key
-    o.secret_key = args.secret_key
+    o.secret_key = secret
     o.tls = args.tls
     o.tls_ca = args.tls_ca
     o.tls_server_name = args.tls_server_name
-    o.interval = args.interval
+    o.interval = default_interval(args.duration) if args.interval is None else args.interval
     o.duration = args.duration
     o.count = args.count
     o.warmup = args.warmup
@@ -223,21 +303,39 @@ def options_from_args(args: argparse.Namespace) -> Any:
         # bounded memory: message ids are kept (to count duplicates) only for a bounded --count
         o.track_ids = args.count > 0
     problems = []
-    if (args.access_key is None) != (args.secret_key is None):
-        problems.append("--access-key and --secret-key go together")
-    if args.tls and not args.endpoints:
-        problems.append("--tls needs --endpoints (the embedded server started by perf serves plaintext)")
-    if args.endpoints and args.server == "real":
-        problems.append("--server real starts a cluster; --endpoints names an existing one (choose one)")
-    if args.server == "real" and args.access_key is not None:
+    if args.secret_key is not None and args.access_key is None:
+        problems.append("--secret-key needs --access-key")
+    if args.access_key is not None and secret is None:
+        problems.append("--access-key needs a secret: $ROCKETMQ_SECRET_KEY or --secret-key")
+    existing = o.server == "endpoints"
+    if (args.tls or args.tls_ca or args.tls_server_name) and not existing:
         problems.append(
-            "--access-key needs the embedded server or --endpoints (the harness runs without ACL)"
+            "--tls needs an existing cluster, --endpoints or $ROCKETMQ_ENDPOINTS (the server perf starts"
+            " serves plaintext)"
         )
-    if args.queues is not None and args.endpoints:
-        problems.append("--queues configures the embedded server; with --endpoints create the topic there")
+    if args.endpoints and args.server is not None:
+        problems.append(
+            f"--server {args.server} starts a server; --endpoints names an existing one (choose one)"
+        )
+    if o.server == "real" and args.access_key is not None:
+        problems.append(
+            "--access-key needs the embedded server or an existing cluster (the harness runs without ACL)"
+        )
+    if args.queues is not None and existing:
+        problems.append(
+            "--queues configures the server perf starts; on an existing cluster create the topic there"
+        )
+    if existing and not problems:
+        config = _cluster_config(args, env)
+        o.config = config
+        o.endpoints = config.endpoints
+        o.namespace = config.namespace
+        o.access_key = config.credentials.access_key if config.credentials is not None else None
+        o.secret_key = None  # in o.config only
+        o.tls = config.tls is not None
     if args.fifo and args.delay:
         problems.append("--fifo and --delay are exclusive (a message has one type)")
-    if args.interval <= 0:
+    if o.interval <= 0:
         problems.append("--interval must be > 0")
     if mode in ("consume", "e2e"):
         if args.consumer == "simple" and args.listener_delay:
@@ -282,14 +380,16 @@ def server_args(args: argparse.Namespace, topics: list[str]) -> list[str]:
     return out
 
 
-def server_env(args: argparse.Namespace) -> dict[str, str]:
-    """Extra environment of the embedded server's process: the secret key, if any."""
-    return {"THRUST_SECRET_KEY": args.secret_key} if args.secret_key is not None else {}
+def server_env(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Extra environment of the embedded server's process: the secret key, if any (`--secret-key` or
+    `$ROCKETMQ_SECRET_KEY`)."""
+    secret = _secret(args, os.environ if environ is None else environ)
+    return {"THRUST_SECRET_KEY": secret} if secret is not None and args.access_key is not None else {}
 
 
 def run(args: argparse.Namespace) -> int:
     from thrust.bench.perf import run_perf, topic_names
-    from thrust.bench.stats import plot
+    from thrust.bench.stats import plot, shown_intervals
 
     if args.loop != "asyncio" or args.server_loop != "asyncio":
         # the uvloop extra missing: say so now (thrust.cli.main names the extra), before any server starts
@@ -306,8 +406,14 @@ def run(args: argparse.Namespace) -> int:
     except UsageError as exc:
         print(f"thrust perf: error: {exc}", file=sys.stderr)
         return 2
+    if options.server == "endpoints":
+        source = "--endpoints" if args.endpoints else "$ROCKETMQ_ENDPOINTS"
+        hint = "" if args.endpoints else " (--server embedded starts a server of perf's own instead)"
+        print(f"existing cluster at {options.endpoints} ({source}){hint}", file=sys.stderr)
+    elif os.environ.get("ROCKETMQ_ENDPOINTS"):
+        print(f"--server {options.server}: $ROCKETMQ_ENDPOINTS is not used", file=sys.stderr)
     with contextlib.ExitStack() as servers:
-        if not args.endpoints and args.server == "real":
+        if options.server == "real":
             from thrust.bench.targets import real_cluster
 
             kind = "FIFO" if args.fifo else ("DELAY" if args.delay else "NORMAL")
@@ -318,7 +424,7 @@ def run(args: argparse.Namespace) -> int:
             )
             options.endpoints = cluster.endpoint
             print(f"real RocketMQ (local mode) on {options.endpoints}", file=sys.stderr)
-        elif not args.endpoints:
+        elif options.server == "embedded":
             from thrust.bench.server import BenchServer
 
             server = BenchServer(server_args(args, topic_names(options)), env=server_env(args))
@@ -332,11 +438,23 @@ def run(args: argparse.Namespace) -> int:
             print("interrupted", file=sys.stderr)
             return 130
     if args.json:
-        data = {"mode": options.mode, "options": _jsonable(vars(args))} | result.to_json()
+        # What the run measured, whatever the flags said: the server perf started, or the existing cluster
+        # (from --endpoints or $ROCKETMQ_ENDPOINTS), and the endpoints it connected to.
+        measured = {"server": options.server, "endpoints": options.endpoints}
+        data = {"mode": options.mode, **measured, "options": _jsonable(vars(args)) | measured}
+        data |= result.to_json()
         with open(args.json, "w") as fh:
             json.dump(data, fh, indent=2)
     if args.plot:
-        plot([s for s in (result.produce, result.consume) if s is not None], args.plot)
+        summaries = [s for s in (result.produce, result.consume) if s is not None]
+        plot(summaries, args.plot)
+        points = min((len(shown_intervals(s.intervals)) for s in summaries), default=0)
+        if points < 3:
+            print(
+                f"thrust perf: the plot has {points} point(s) per curve, one per interval of"
+                f" {options.interval:g} s: a shorter --interval draws more",
+                file=sys.stderr,
+            )
     if options.mode == "e2e" and not result.interrupted:
         missing = result.sent_ok - result.received_unique
         if missing > 0:
