@@ -24,8 +24,10 @@ scenarios 1-5b, docs/benchmarks.md#scenarios):
 4. Failed acks are retried per entry on their own capped backoff (the batcher's retry heap);
    INVALID_RECEIPT_HANDLE and other 400xx are dropped at once and counted; the retry set is bounded by count
    and by age.
-5. (a) A dropped queue's long polls are cancelled at once, so a newly assigned queue never waits for them;
-   messages already taken from it are still consumed and acked. (b) Each topic runs its own assignment
+5. (a) A newly assigned queue receives at once, never waiting for a dropped queue's long polls; those run
+   to their end, and what they bring, like what the dropped queue had taken, is still consumed and acked
+   (cancelling them could leave a batch the proxy popped renewed for this client until it closes:
+   `thrust._push.assignments`). (b) Each topic runs its own assignment
    scan, and a scan changes only that topic's queues (`thrust._core.assignment`).
 6. Flow control by cached count and bytes per queue (`thrust._core.process_queue`); a message stays
    cached until its ack settles, so a slow ack path holds back receiving, never the listener: the receive loop
@@ -249,6 +251,7 @@ class PushConsumer(Assignments):
         self._dlq = None
         self._table = AssignmentTable()
         self._queues = {}
+        self._retired = set()
         self._selector = AssignmentEndpointSelector()
         self._scanners = {}
         self._route_changed = {}
@@ -370,8 +373,8 @@ class PushConsumer(Assignments):
         scanners = list(self._scanners.values())
         for task in scanners:
             task.cancel()
-        for q in list(self._queues.values()):
-            self._drop_queue(q)
+        for q in [*self._queues.values(), *self._retired]:
+            self._close_queue(q)
         for handle in self._fifo_timers.values():
             handle.cancel()
         self._fifo_timers.clear()
@@ -402,7 +405,7 @@ class PushConsumer(Assignments):
         for d in drivers:
             await d.close()
         waiting = [t for t in scanners if not t.done()]
-        for q in self._queues.values():
+        for q in [*self._queues.values(), *self._retired]:
             waiting.extend(t for t in q.receivers if not t.done())
             if q.runner is not None and not q.runner.done():
                 waiting.append(q.runner)

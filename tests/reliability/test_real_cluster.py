@@ -88,8 +88,8 @@ class _Real:
         self.admin.create_topic(name, kind, queues=queues)
         wait_routable(self.endpoint, name, deadline=time.monotonic() + 30)
 
-    def create_group(self, name: str) -> None:
-        self.admin.create_group(name)
+    def create_group(self, name: str, *, fifo: bool = False) -> None:
+        self.admin.create_group(name, fifo=fifo)
 
     @property
     def jvms(self) -> RocketMQCluster | ClusterControl:
@@ -136,11 +136,11 @@ class _Names:
     simple_group: str
 
 
-def _fresh(cluster: _Real, queues: int = 4) -> _Names:
+def _fresh(cluster: _Real, queues: int = 4, *, fifo: bool = False) -> _Names:
     names = _Names(unique("rt"), unique("rpush"), unique("rsimple"))
-    cluster.create_topic(names.topic, "NORMAL", queues=queues)
-    cluster.create_group(names.push_group)
-    cluster.create_group(names.simple_group)
+    cluster.create_topic(names.topic, "FIFO" if fifo else "NORMAL", queues=queues)
+    cluster.create_group(names.push_group, fifo=fifo)
+    cluster.create_group(names.simple_group, fifo=fifo)
     return names
 
 
@@ -152,6 +152,12 @@ class _Load:
     names: _Names
     rate: float = RATE
     request_timeout: float = REQUEST_TIMEOUT
+    # FIFO: every send carries one of 64 message groups (the topic and groups must be FIFO ones).
+    fifo: bool = False
+    # Every receive of both consumers, for the diagnosis of a lost message (`_WireTap`).
+    tap: _WireTap | None = None
+    # Concurrent receive loops of the SimpleConsumer: one keeps up with RATE, not with 500 msg/s.
+    simple_loops: int = 1
     push_rec: HistoryRecorder = field(default_factory=HistoryRecorder)
     simple_rec: HistoryRecorder = field(default_factory=HistoryRecorder)
     # payload -> broker of its first delivery, per group ("push" / "simple")
@@ -185,7 +191,7 @@ class _Load:
             await self._stack.enter_async_context(client)
         self._tasks = [
             asyncio.create_task(self._produce(), name="rt-produce"),
-            asyncio.create_task(self._consume(), name="rt-simple"),
+            *(asyncio.create_task(self._consume(), name="rt-simple") for _ in range(self.simple_loops)),
         ]
         return self
 
@@ -221,8 +227,11 @@ class _Load:
 
     async def _send_one(self, pid: str) -> None:
         ops = [(rec, rec.invoke(pid)) for rec in (self.push_rec, self.simple_rec)]
+        group = f"k{int(pid[1:]) % 64}" if self.fifo else None
         try:
-            receipt = await self.producer.send(thrust.Message(topic=self.names.topic, body=body(pid, 256)))
+            receipt = await self.producer.send(
+                thrust.Message(topic=self.names.topic, body=body(pid, 256), message_group=group)
+            )
         except ThrustError as exc:
             kind = type(exc).__name__
             self.send_errors[kind] = self.send_errors.get(kind, 0) + 1
@@ -236,6 +245,8 @@ class _Load:
         else:
             for rec, op in ops:
                 rec.ok(op, receipt.message_id)
+            if self.tap is not None:
+                self.tap.offsets[pid] = receipt.offset
 
     async def _consume(self) -> None:
         while True:
@@ -315,9 +326,10 @@ class _Load:
         client is connected (proxy `DefaultReceiptHandleManager`: up to 3 h); neither Java nor
         thrust can nack messages it never saw. Closing unregisters the client, and the proxy then makes
         them visible after `invisibleTimeMillisWhenClear` (1 s). The soak's drain does the same. Not only
-        black holes do it: a receive the client cancels (a channel replaced after two timeouts in a row,
-        the proxy killed after it popped) leaves the proxy renewing what it popped for it
-        (`ReceiveMessageResponseStreamWriter` nacks only when its own write fails)."""
+        black holes do it: a receive that ends at its deadline after the proxy popped for it leaves the
+        proxy renewing what it popped (`ReceiveMessageResponseStreamWriter` nacks only when its own write
+        fails). R8 runs without this restart, so that a client that abandons receives on its own (bug 11
+        in docs/reliability.md) cannot hide behind it."""
         self.stopping = True
         self._tasks[0].cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -351,6 +363,74 @@ class _Load:
             with contextlib.suppress(asyncio.CancelledError, ThrustError):
                 await t
         await self._stack.aclose()
+
+
+class _WireTap:
+    """Every ReceiveMessage of the clients in this process, as it came off the wire: which broker the
+    client asked, the payloads each stream carried (with the broker, queue and offset of its receipt
+    handle) and how the call ended. It tells a lost message that the client never received (popped for a
+    stream that was cancelled, or never popped) from one it received and then dropped."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, object]] = []
+        self.offsets: dict[str, int] = {}  # payload -> the offset its SendReceipt named
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[_WireTap]:
+        from thrust._io import rpc
+
+        original = rpc.RpcClient.receive
+        calls = self.calls
+
+        async def receive(client: rpc.RpcClient, request: object, timeout: float, on_message=None):  # type: ignore[no-untyped-def]
+            call: dict[str, object] = {
+                "asked": request.message_queue.broker.name,  # type: ignore[attr-defined]
+                "group": request.group.name,  # type: ignore[attr-defined]
+                "t0": time.monotonic(),
+            }
+            seen: list[str] = []
+            call["seen"] = seen
+            calls.append(call)
+
+            def note(m: object) -> None:
+                handle = m.system_properties.receipt_handle.split(" ")  # type: ignore[attr-defined]
+                where = " ".join(handle[5:8]) if len(handle) > 7 else "?"
+                seen.append(f"{m.body.split(b'|', 1)[0].decode()}@{where}")  # type: ignore[attr-defined]
+
+            def tapped(m: object) -> None:
+                note(m)
+                assert on_message is not None
+                on_message(m)
+
+            try:
+                result = await original(client, request, timeout, tapped if on_message else None)
+            except BaseException as exc:
+                call["outcome"] = type(exc).__name__
+                call["t1"] = time.monotonic()
+                raise
+            for m in result.messages:
+                note(m)
+            call["outcome"] = "ok"
+            call["t1"] = time.monotonic()
+            return result
+
+        rpc.RpcClient.receive = receive  # type: ignore[method-assign]
+        try:
+            yield self
+        finally:
+            rpc.RpcClient.receive = original  # type: ignore[method-assign]
+
+    def trace(self, pid: str, t0: float) -> str:
+        """Where `pid` went: its send's offset, and every receive that carried it."""
+        hits = [
+            f"{c['group']} asked {c['asked']} "
+            f"{float(c['t0']) - t0:+.2f}s..{float(c.get('t1', c['t0'])) - t0:+.2f}s "  # type: ignore[arg-type]
+            f"{c.get('outcome', 'running')} ({item})"
+            for c in self.calls
+            for item in c["seen"]  # type: ignore[attr-defined]
+            if item.split("@", 1)[0] == pid
+        ]
+        return f"{pid} (offset {self.offsets.get(pid, '?')}): " + ("; ".join(hits) or "never on the wire")
 
 
 def _ok_times(rec: HistoryRecorder) -> list[tuple[float, float]]:
@@ -610,6 +690,92 @@ def test_r1_broker_b_killed_sends_move_to_broker_a_and_its_backlog_drains_after_
             duplicates=str({k: r.duplicates for k, r in reports.items()}),
         )
         return figures
+
+    run(scenario, timeout=TEST_TIMEOUT - 20)
+
+
+# R8: a broker killed under a high rate, and no consumer restarted in the drain ------------------------------
+
+HIGH_RATE = 500.0  # sends per second: what found the loss (docs/reliability.md, bug 11)
+R8_DRAIN = 160.0
+
+
+@pytest.mark.realfaults
+@pytest.mark.timeout(TEST_TIMEOUT, func_only=True)
+@pytest.mark.parametrize("kind", ["normal", "fifo"])
+def test_r8_broker_killed_at_a_high_rate_loses_nothing_acknowledged_without_restarting_a_consumer(
+    faulty: _Real, kind: str
+) -> None:
+    """R8: broker-b is killed with SIGKILL 10 s into a 500 msg/s load and restarted 15 s later; sends stop
+    40 s in. Both groups (a PushConsumer and a SimpleConsumer, FIFO ones for `fifo`) then drain for up to
+    160 s, and neither consumer is ever closed or restarted, unlike the drains of R1-R7: a message the
+    proxy holds for a live push client (auto-renewed, `DefaultReceiptHandleManager`) would otherwise be
+    released by the restart and hide the loss. Every acknowledged send is delivered to each group (P1,
+    lost = 0). Losing one needs the client to give up a receive that the proxy had popped a batch for:
+    the broker-b queue that the assignment drops while its receives are served from broker-a (proxy
+    `ReceiveMessageQueueSelector`), or the channel that transport recovery replaces. A lost message is
+    traced through every receive that carried it (`_WireTap`), and the test proves its fault bit: the
+    JVM died of the signal and the push consumer dropped broker-b's queue."""
+    fifo = kind == "fifo"
+    names = _fresh(faulty, fifo=fifo)
+    jvms = faulty.jvms
+    tap = _WireTap()
+
+    async def scenario() -> None:
+        with tap.installed():
+            async with _Load(
+                faulty.endpoint, names, rate=HIGH_RATE, fifo=fifo, tap=tap, simple_loops=4
+            ) as load:
+                assert await load.flowing(), "the load never got going"
+                t0 = load.fault("load")
+                load.heal("load")
+                await asyncio.sleep(max(0.0, t0 + 10.0 - time.monotonic()))
+                killed = load.fault("kill-9 broker-b")
+                status = await asyncio.to_thread(jvms.kill, "broker-b")
+                await asyncio.sleep(max(0.0, killed + 15.0 - time.monotonic()))
+                boot = await asyncio.to_thread(jvms.restart, "broker-b", timeout=RESTART_TIMEOUT)
+                load.heal("kill-9 broker-b")
+                await asyncio.sleep(max(0.0, t0 + 40.0 - time.monotonic()))
+                drain_from = time.monotonic()
+                await load.finish(budget=R8_DRAIN, restart_push_after=None)
+                drained = time.monotonic() - drain_from
+                push_stats = load.push.stats()
+        assert status == -9, status
+        assert push_stats.queues_dropped >= 1, "the push consumer never dropped broker-b's queue"
+        lost = {}
+        for name, rec in (("push", load.push_rec), ("simple", load.simple_rec)):
+            report = check(rec, require_ack=False, copies_per_send=3, examples=20)
+            print(f"[{name}] {report.summary}")
+            lost[name] = report.lost
+            assert report.sends_ok > 0, report.summary
+            for pid in report.lost_examples:
+                print(f"[{name}] lost {tap.trace(pid, t0)}")
+            # What made the drain long: payloads first delivered more than 30 s into it.
+            firsts: dict[str, float] = {}
+            for e in rec.snapshot().events:
+                if e.kind == "deliver":
+                    firsts.setdefault(e.payload_id, e.t)
+            late = sorted((t, p) for p, t in firsts.items() if t > drain_from + 30.0)
+            print(f"[{name}] first delivered over 30 s into the drain: {len(late)}")
+            for t, pid in late[:5]:
+                print(f"[{name}] late at {t - t0:+.1f}s: {tap.trace(pid, t0)}")
+        receives = collections.Counter(str(c.get("outcome")) for c in tap.calls)
+        _figure(
+            f"R8 kill -9 broker-b at {HIGH_RATE:.0f} msg/s ({kind})",
+            boot=boot,
+            drain=drained,
+            sends_ok=len(_ok_times(load.push_rec)),
+            queues_dropped=push_stats.queues_dropped,
+            push=(
+                f"received {push_stats.received} consumed {push_stats.consumed} acked {push_stats.acked} "
+                f"cached {push_stats.cached_messages} acks_pending {push_stats.acks_pending} "
+                f"acks_retrying {push_stats.acks_retrying} receive_failures {push_stats.receive_failures}"
+            ),
+            receives=str(dict(receives)),
+            send_errors=str(load.send_errors),
+            lost=str(lost),
+        )
+        assert not any(lost.values()), f"acknowledged sends lost: {lost}"
 
     run(scenario, timeout=TEST_TIMEOUT - 20)
 

@@ -237,13 +237,24 @@ class ClientSession:
         return client
 
     def _replace_channel(self, endpoint: Endpoint) -> None:
-        """ReconnectEndpointsCommand: a fresh channel; the old one drains in-flight calls, then closes."""
+        """ReconnectEndpointsCommand: a fresh channel; the old one drains in-flight calls, then closes.
+
+        The old channel waits for its calls as long as any of them may last (a receive's deadline, the
+        longest), so none is cancelled by the replacement: each ends on its own deadline if the connection
+        is dead. Java's `recoverTransport` does the same (`ManagedChannel.enterIdle` lets calls in flight go
+        on, docs/protocol.md §4.6). Cancelling a push consumer's long poll can lose messages until the
+        consumer closes: the proxy may have popped a batch for it, and renews those receipt handles while
+        the client stays connected (`Assignments._drop_queue`, docs/reliability.md bug 11)."""
         old = self._rpcs.pop(endpoint, None)
         if self._closing:
             return
         self.rpc(endpoint)
         if old is not None:
-            self.spawn(old.close(self.config.request_timeout), f"thrust-close-channel-{endpoint}")
+            self.spawn(old.close(self._drain_grace()), f"thrust-close-channel-{endpoint}")
+
+    def _drain_grace(self) -> float:
+        """How long a channel taken out of use waits for its calls in flight: as long as any may last."""
+        return max(self.settings.request_timeout, self.settings.receive_deadline) + 1.0
 
     def _raise_if_closed(self, exc: ThrustError) -> None:
         """A call whose channel `close()` shut under it failed with a ConnectionError (`rpc._channel_closed`):
@@ -507,8 +518,9 @@ class ClientSession:
     def close_endpoint(self, endpoint: Endpoint) -> None:
         """Close the session with `endpoint` (its telemetry stream) and its channel, in the background.
 
-        In-flight calls on the channel may finish within the request timeout; a later call opens a new
-        session. The access point keeps its channel (routes are queried through it)."""
+        In-flight calls on the channel may finish within their deadlines, receives included (a cancelled
+        push receive can lose messages, `_replace_channel`); a later call opens a new session. The access
+        point keeps its channel (routes are queried through it)."""
         task = self._sessions.pop(endpoint, None)
         if task is not None:
             if task.done() and not task.cancelled() and task.exception() is None:
@@ -518,7 +530,7 @@ class ClientSession:
         if endpoint != self.access_point:
             rpc = self._rpcs.pop(endpoint, None)
             if rpc is not None:
-                self.spawn(rpc.close(self.config.request_timeout), f"thrust-close-channel-{endpoint}")
+                self.spawn(rpc.close(self._drain_grace()), f"thrust-close-channel-{endpoint}")
 
     def cached_route(self, topic: str) -> TopicRoute | None:
         """The cached route of `topic`, without I/O."""

@@ -115,27 +115,67 @@ class Assignments(Receiving):
         q.runner = asyncio.get_running_loop().create_task(self._run_queue(q), name=f"thrust-queue-{qid}")
 
     def _drop_queue(self, q: _Queue) -> None:
-        """Stop receiving at once: cancel in-flight long polls (bench scenario 5a). Messages already taken
-        from the queue are still consumed and acked; FIFO messages not started yet are left to redelivery."""
+        """The queue is no longer assigned (QueryAssignment stopped naming it, its endpoint left the route, or
+        it expired): no new receives start on it. The receives in flight run to their end, within their
+        deadline, and what they bring is consumed and settled like any other message, a FIFO queue's in
+        order; its FIFO heads keep their group waiting, bounded by the ack retry window from now on. Java
+        does the same: `ProcessQueueImpl.drop()` only stops the next receive, and a receive that completes
+        after it is cached and consumed (`onReceiveMessageResult`).
+
+        Cancelling those receives loses messages for as long as the consumer lives. The proxy may already
+        have popped a batch for one (a receive addressed to a broker that left its route is served from
+        another broker: proxy `ReceiveMessageActivity.ReceiveMessageQueueSelector`), registers auto-renewed
+        receipt handles before it writes them, and renews them while this client stays connected
+        (`DefaultReceiptHandleManager`, up to its 3 h `renewMaxTimeMillis`): messages the client never read
+        off a cancelled stream, or left unsettled, come back only once it unregisters (docs/reliability.md,
+        bug 11). `_close_queue` is the close's version, which cancels."""
         if q.pq.dropped:
             return
         q.pq.drop()
         self._counters["queues_dropped"] += 1
+        if q.timer is not None:
+            q.timer.cancel()
+            q.timer = None
+        q.event.set()
+        if q.settling:
+            # The heads' groups still wait for them (the chains go on once they settle), but no longer
+            # without bound: Java gives a dropped queue's FIFO acks up at once (`ackFifoMessageLater`:
+            # "Process queue was dropped"); an ack still spares the group a redelivery, so it keeps the
+            # ordinary window.
+            bound = time.monotonic() + self.ack_retry_window
+            for entry, batcher in q.settling.items():
+                batcher.cap_deadline(entry, bound)
+        if q.receivers:
+            # Owned until they end, so that close can still cancel them (`PushConsumer.close`).
+            self._retired.add(q)
+            for task in q.receivers:
+                task.add_done_callback(lambda t, q=q: self._retired_receive_done(q, t))  # type: ignore[misc]
+
+    def _retired_receive_done(self, q: _Queue, task: asyncio.Task[None]) -> None:
+        q.receivers.discard(task)
+        if not q.receivers:
+            self._retired.discard(q)
+
+    def _close_queue(self, q: _Queue) -> None:
+        """Close: stop receiving at once, cancelling the long polls in flight (bench scenario 5a). Unlike a
+        drop while running, nothing is lost by it: the session's NotifyClientTermination makes the proxy
+        release every handle it holds for this client after `invisibleTimeMillisWhenClear` (1 s). Messages
+        already taken are still consumed and acked within the shutdown grace; FIFO messages not started
+        yet are left to that redelivery, ahead of the rest of their group."""
+        q.pq.drop()
         for task in q.receivers:
             task.cancel()
         if q.timer is not None:
             q.timer.cancel()
+            q.timer = None
         q.event.set()
         if q.fifo is not None:
             waiting = q.fifo.drop()
             if waiting:
-                # Never started: release their cache space; the server redelivers them in order.
+                # Never started: release their cache space.
                 q.pq.on_consumed(len(waiting), sum(d.nbytes for d in waiting), time.monotonic())
         if q.settling:
-            # No group waits here any more: the heads' acks and forwards are bounded like any other from now
-            # on. Java gives them up at once (`ackFifoMessageLater` / `forwardToDeadLetterQueueLater`:
-            # "Process queue was dropped"); an ack still spares the queue's next owner a redelivery, so it
-            # keeps its ordinary window.
+            # No group waits here any more: the heads' acks and forwards are bounded like any other.
             bound = time.monotonic() + self.ack_retry_window
             for entry, batcher in q.settling.items():
                 batcher.cap_deadline(entry, bound)

@@ -132,16 +132,16 @@ class Receiving(Results):
 
     def _stream_broke(self, stream: _Stream) -> None:
         """A receive failed or was cancelled after some of its messages arrived. What was handed over stays
-        delivered; what arrived after it is handed over too (the server holds those messages invisible for
-        this client either way), except when the consumer closes (the server makes them visible again once
-        the client has left) or a dropped FIFO queue's (left to redelivery in order, as `_drop_queue` leaves
-        its waiting messages)."""
+        delivered; what arrived after it is handed over too, a dropped queue's as well (the proxy holds those
+        messages invisible for this client, renewing them, until they are settled or the client leaves:
+        `Assignments._drop_queue`), except when the consumer closes (the server makes them visible again
+        once the client has left)."""
         held = stream.held
         if not held:
             return
         stream.held = []
         q = stream.queue
-        if self._closing or (q.pq.dropped and self.session.settings.fifo):
+        if self._closing:
             return
         self._take(q, stream.ticket, held, final=False)
 

@@ -71,10 +71,10 @@ class Results(PushState):
         q: _Queue, m: ReceivedMessage, token: object, deadline: float, batcher: AckBatcher
     ) -> AckEntry:
         """The ack / forward entry of a FIFO chain head: retried until settled while its queue is assigned
-        (`UNTIL_SETTLED`, tracked in `q.settling` so that a drop bounds it), else bounded by `deadline`."""
-        if q.pq.dropped:
-            return AckEntry(m.message_id, m.receipt_handle, deadline, token)
-        entry = AckEntry(m.message_id, m.receipt_handle, UNTIL_SETTLED, token)
+        (`UNTIL_SETTLED`), else bounded by `deadline`; tracked in `q.settling` either way, so that a drop
+        bounds it and its settling lets the chain go on (a dropped queue's chains are still consumed,
+        `Assignments._drop_queue`)."""
+        entry = AckEntry(m.message_id, m.receipt_handle, deadline if q.pq.dropped else UNTIL_SETTLED, token)
         q.settling[entry] = batcher
         return entry
 
@@ -137,10 +137,8 @@ class Results(PushState):
         self._fifo_timers.pop(d, None)
         if self._closing or self._executor is None:
             return
-        if d.queue.pq.dropped:
-            # The queue went away while the message waited: release its slot; the server redelivers it.
-            d.queue.pq.on_consumed(1, d.nbytes, time.monotonic())
-            return
+        # Retried even if its queue was dropped meanwhile: the proxy renews the message for this client until
+        # it is settled (`Assignments._drop_queue`), so giving it up here would hold it back until close.
         d.queue.in_listener += 1
         self._executor.submit([d])
 

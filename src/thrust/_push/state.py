@@ -158,6 +158,8 @@ class PushState:
     _dlq: BatchDriver | None
     _table: AssignmentTable
     _queues: dict[QueueId, _Queue]
+    # Dropped queues whose receives are still in flight (`Assignments._drop_queue`), for close to cancel.
+    _retired: set[_Queue]
     _selector: AssignmentEndpointSelector
     _scanners: dict[str, asyncio.Task[None]]
     _route_changed: dict[str, asyncio.Event]

@@ -12,6 +12,7 @@ run is reproducible.
     faults.drop_next(Rpc.SEND_MESSAGE)                         # stored, but never answered
     faults.delay_fraction(Rpc.SEND_MESSAGE, 0.1, 2.0, 5.0)     # 10 % of SendMessage 2-5 s slower
     faults.delay_settings(2.0, broker=1)                       # Telemetry settings reply on broker 1
+    faults.hold_popped_next(5.0)                               # the next receive that pops answers 5 s late
     faults.expire_messages("01AB...")                          # its handles -> INVALID_RECEIPT_HANDLE
     faults.fail_ack_entries(first_attempts=1)                  # each message's first ack entry fails
     faults.set_assignment("t", "g", [(1, 0)])                  # QueryAssignment: broker 1's queue 0 only
@@ -142,6 +143,8 @@ class Stats:
         receives: the last `RECENT_RECEIVES` ReceiveMessage calls, oldest first, with their `attempt_id`
             (F14, docs/reliability.md §3: a retried receive should reuse the attempt id of the one that
             failed).
+        held_pops: ReceiveMessage calls that popped messages and then held their answer
+            (`Faults.hold_popped_next`); a test waits on it to know the messages are popped and unwritten.
     """
 
     calls: Counter[str] = field(default_factory=Counter)
@@ -151,6 +154,7 @@ class Stats:
     delayed: Counter[str] = field(default_factory=Counter)
     latency: dict[tuple[int, str], float] = field(default_factory=dict)
     receives: deque[ReceiveCall] = field(default_factory=_recent_receives)
+    held_pops: int = 0
 
     def record_receive(self, broker: int, group: str, topic: str, attempt_id: str | None) -> None:
         """Remember one ReceiveMessage call (bounded: the oldest beyond `RECENT_RECEIVES` is dropped)."""
@@ -170,6 +174,7 @@ class Stats:
         self.delayed.clear()
         self.latency.clear()
         self.receives.clear()
+        self.held_pops = 0
 
 
 _ACK_ATTEMPTS_LIMIT: Final = 1 << 20  # bound on remembered per-message ack attempts
@@ -193,6 +198,8 @@ class Faults:
         self._ack_fraction = 0.0
         self._ack_attempts: OrderedDict[str, int] = OrderedDict()
         self._assignments: dict[tuple[str, str], tuple[tuple[int, int], ...]] = {}
+        # [seconds, calls left] of `hold_popped_next`.
+        self._hold_popped: list[float] = []
         self._permissions: dict[str, tuple[bool, bool]] = {}
         self._active = False
         self.stats = Stats()
@@ -288,6 +295,30 @@ class Faults:
         else:
             self._settings_delay.pop(broker, None)
 
+    def hold_popped_next(self, seconds: float, count: int = 1) -> None:
+        """The next `count` ReceiveMessage calls that pop messages answer `seconds` after the pop instead of
+        at once: a proxy that has popped a batch and is slow to write it, or a batch still in transit, when
+        the client gives up on the call. Messages of a call the client cancels meanwhile stay popped for
+        that client (auto-renewed ones for as long as it stays connected), as the real proxy's do when it
+        wrote them into a stream the client no longer reads (apache/rocketmq proxy
+        `ReceiveMessageActivity` registers the receipt handles before `ReceiveMessageResponseStreamWriter`
+        writes them; docs/reliability.md, bug 11)."""
+        if not (math.isfinite(seconds) and seconds >= 0):
+            raise ValueError(f"need finite seconds >= 0, got {seconds}")
+        self._hold_popped = [float(seconds), float(count)] if count > 0 and seconds > 0 else []
+
+    def popped_hold(self) -> float:
+        """Called by ReceiveMessage once it has popped messages: how long to hold the answer (0: none)."""
+        hold = self._hold_popped
+        if not hold:
+            return 0.0
+        hold[1] -= 1
+        seconds = hold[0]
+        if hold[1] <= 0:
+            self._hold_popped = []
+        self.stats.held_pops += 1
+        return seconds
+
     def expire_receipt_handles(self, *handles: str) -> None:
         """Ack / ChangeInvisibleDuration / ForwardToDLQ with these handles answer INVALID_RECEIPT_HANDLE."""
         self._expired_handles.update(handles)
@@ -369,6 +400,7 @@ class Faults:
         self._expired_messages.clear()
         self._ack_code = None
         self._ack_attempts.clear()
+        self._hold_popped = []
         self._refresh()
 
     def _add_rule(self, rpc: Rpc | str, rule: _Rule) -> None:

@@ -173,6 +173,9 @@ class ConsumerRpcs(ServicerBase):
                     server.reschedule(broker)
                     if request.auto_renew:
                         server.track(caller.client_id)
+                    hold = self._faults.popped_hold()
+                    if hold:
+                        await asyncio.sleep(hold)
                     return deliveries
                 remaining = deadline - loop.time()
                 if remaining <= 0:
