@@ -153,3 +153,33 @@ def test_a_fifo_message_in_its_local_retry_backoff_is_retried_after_its_queue_is
             assert srv.stats.entries["AckMessage"] == 1
 
     run(main())
+
+
+def test_push_receives_ask_for_a_poll_shorter_than_their_deadline() -> None:
+    """Each push receive asks the server to end an empty poll 5 s before its deadline's long polling
+    (`ClientSettings.push_long_polling`), so that a loaded proxy answers before the client gives up."""
+
+    async def main() -> None:
+        async with embedded_server(topics=["t"], groups=["g"]) as srv:
+            ep = srv.endpoints[0]
+            consumer = PushConsumer(
+                endpoints=ep, group="g", subscriptions={"t": "*"}, listener=lambda m: ConsumeResult.SUCCESS
+            )
+            asked: list[tuple[float, float]] = []
+            async with consumer:
+                session = consumer.session
+                original = session.receive
+
+                async def receive(endpoint, request, *, timeout, on_message=None):  # type: ignore[no-untyped-def]
+                    poll = request.long_polling_timeout
+                    asked.append((poll.seconds + poll.nanos / 1e9, timeout))
+                    return await original(endpoint, request, timeout=timeout, on_message=on_message)
+
+                session.receive = receive  # type: ignore[method-assign]
+                async with Producer(endpoints=ep, topics=["t"]) as producer:
+                    await producer.send(Message(topic="t", body=b"x"))
+                await until(lambda: len(asked) >= 1)
+            settings = consumer.session.settings
+            assert asked[0] == (settings.long_polling_timeout - 5.0, settings.receive_deadline)
+
+    run(main())

@@ -89,3 +89,12 @@ def test_consumer_takes_server_max_attempts() -> None:
     eff = merge(ClientSettings.for_consumer(), ServerSettings(retry_policy=RetryPolicy.customized(4, [2.5])))
     assert eff.retry_policy.max_attempts == 4
     assert eff.retry_policy.next_delay(3) == 2.5
+
+
+def test_a_push_consumer_asks_for_a_shorter_poll_than_its_deadline_allows() -> None:
+    """Empty polls end 5 s before the settings' long polling, under the same deadline (bug 11 in
+    docs/reliability.md): 20 s settings -> 15 s asked, 23 s deadline; never below the proxy's 5 s."""
+    c = ClientSettings.for_consumer()
+    assert c.push_long_polling == 15.0 and c.receive_deadline == 23.0
+    short = merge(c, ServerSettings(long_polling_timeout=6))
+    assert short.push_long_polling == 5.0 and short.receive_deadline == 9.0

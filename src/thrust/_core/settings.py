@@ -87,6 +87,24 @@ class ClientSettings:
         """Deadline of one ReceiveMessage call: see `receive_deadline()`."""
         return receive_deadline(self.long_polling_timeout, self.request_timeout)
 
+    @property
+    def push_long_polling(self) -> float:
+        """The long polling a push consumer asks the proxy for: `long_polling_timeout` less
+        `PUSH_POLL_HEADROOM`, at least the proxy's 5 s minimum, under the same `receive_deadline`.
+
+        Java asks for the whole long polling under a deadline of long polling + request timeout, so a proxy
+        and broker slower than one request timeout to answer an empty poll (a loaded machine, a GC pause)
+        meet the client's deadline. A batch popped at that instant is lost to a push consumer until it
+        closes: the proxy registered its auto-renewed receipt handles before writing it, and renews them
+        while the client stays connected (docs/reliability.md, bug 11). Answering empty polls a few seconds
+        sooner costs one more empty poll per idle queue every minute or so."""
+        return max(MIN_POLLING_SECONDS, self.long_polling_timeout - PUSH_POLL_HEADROOM)
+
+
+# How much sooner than its deadline allows a push consumer asks the proxy to end an empty poll
+# (`ClientSettings.push_long_polling`).
+PUSH_POLL_HEADROOM = 5.0
+
 
 def receive_deadline(long_polling_timeout: float, request_timeout: float) -> float:
     """Deadline of one ReceiveMessage call: long polling + request timeout (Java, docs/protocol.md §6.2), with

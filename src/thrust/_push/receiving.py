@@ -94,7 +94,7 @@ class Receiving(Results):
         assert q.request is not None
         request.CopyFrom(q.request)
         request.batch_size = ticket.requested
-        request.long_polling_timeout.CopyFrom(convert.duration(settings.long_polling_timeout))
+        request.long_polling_timeout.CopyFrom(convert.duration(settings.push_long_polling))
         request.attempt_id = ticket.attempt_id
         stream = _Stream(self, q, ticket)
         try:
