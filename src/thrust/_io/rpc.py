@@ -12,6 +12,9 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import os
+import sys
+import threading
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -45,6 +48,7 @@ __all__ = [
     "RpcClient",
     "TelemetryCall",
     "channel_options",
+    "check_grpc_usable",
     "translate_grpc_error",
 ]
 
@@ -83,6 +87,64 @@ class _Stub:
                 **extra,
             )
             setattr(self, method.name, callable_)
+
+
+# -- fork() ---------------------------------------------------------------------------------------------
+# grpc.aio runs on one process-wide completion queue whose poller is a thread (grpc's `PollerCompletionQueue`,
+# started with the first channel or server and stopped when the last is deallocated), over gRPC core's
+# own threads. fork() copies none of those threads into the child, but the child inherits the state that
+# says they run: a channel created there waits on a queue nobody polls, so its first call never completes
+# (or gRPC core aborts on a mutex a vanished thread held). gRPC's fork support does not cover grpc.aio
+# (grpc/grpc doc/fork_support.md), and with GRPC_ENABLE_FORK_SUPPORT=1 core skips its fork handlers anyway
+# while the poller thread is inside `grpc_completion_queue_next` ("Other threads are currently calling
+# into gRPC, skipping fork() handlers"). Nothing in the child can restart them, so the only honest answer
+# there is a typed error before any gRPC object exists. A child of a process that had closed every client
+# (the poller stopped) starts gRPC afresh and works.
+_open_channels = 0  # RpcClients created and not yet closed in this process
+_live_at_fork = False  # set by the before-fork hook, read by the child's hook
+_inherited_live_grpc = False  # this process is a fork child of a process whose gRPC runtime was running
+
+
+def _grpc_aio_running() -> bool:
+    """Whether grpc.aio's poller thread runs in this process (or a thrust channel is still open)."""
+    if _open_channels:
+        return True
+    # grpc's Cython core, loaded by `import grpc`; not a public API, hence no import of it here.
+    poller_type = getattr(sys.modules.get("grpc._cython.cygrpc"), "PollerCompletionQueue", None)
+    if poller_type is None:  # pragma: no cover - a grpcio without the poller engine
+        return False
+    for thread in threading.enumerate():
+        # The poller thread's target is the bound `PollerCompletionQueue._poll_wrapper`.
+        target = getattr(thread, "_target", None)
+        if isinstance(getattr(target, "__self__", None), poller_type):
+            return True
+    return False
+
+
+def _before_fork() -> None:
+    global _live_at_fork
+    _live_at_fork = _grpc_aio_running()
+
+
+def _after_fork_in_child() -> None:
+    global _inherited_live_grpc, _open_channels
+    _inherited_live_grpc = _inherited_live_grpc or _live_at_fork
+    _open_channels = 0
+
+
+if hasattr(os, "register_at_fork"):  # no fork() on Windows
+    os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
+
+
+def check_grpc_usable() -> None:
+    """Raise ThrustError at once in a fork child that inherited a running gRPC runtime (see above)."""
+    if _inherited_live_grpc:
+        raise ThrustError(
+            "gRPC cannot be used in this process: it was forked while gRPC was running in its parent (a "
+            "thrust client, or another grpc.aio channel or server, was open at os.fork()), and grpc.aio "
+            "has no fork support. Close every client before forking, or create clients only in processes "
+            "forked before any was opened (docs/guide-sync.md)"
+        )
 
 
 OK_ONLY: frozenset[int] = frozenset({Code.OK})
@@ -257,6 +319,7 @@ class RpcClient:
     )
 
     def __init__(self, endpoint: Endpoint, config: ClientConfig, metadata: Metadata) -> None:
+        check_grpc_usable()
         self.endpoint = endpoint
         # Consecutive transport-level failures (DEADLINE_EXCEEDED / UNAVAILABLE) of calls on this channel;
         # maintained by the session, which replaces the channel after two (docs/protocol.md §4.6).
@@ -279,6 +342,8 @@ class RpcClient:
         else:
             self._channel = grpc.aio.insecure_channel(target, options=options)
         self._stub: Any = _Stub(self._channel)
+        global _open_channels
+        _open_channels += 1
 
     @property
     def closed(self) -> bool:
@@ -419,4 +484,6 @@ class RpcClient:
         if self._closed:
             return
         self._closed = True
+        global _open_channels
+        _open_channels = max(0, _open_channels - 1)  # an inherited client closed in a fork child
         await self._channel.close(grace)
