@@ -23,6 +23,7 @@ import grpc.aio
 
 from thrust._codec.status import Code
 from thrust._core.endpoints import Endpoint
+from thrust._core.settings import receive_after_connect, receive_connect_budget
 from thrust._io.metadata import Metadata
 from thrust._proto.apache.rocketmq.v2 import service_pb2
 from thrust.config import ClientConfig
@@ -148,7 +149,9 @@ def check_grpc_usable() -> None:
 
 
 OK_ONLY: frozenset[int] = frozenset({Code.OK})
+_READY = grpc.ChannelConnectivity.READY
 _TRANSIENT_FAILURE = grpc.ChannelConnectivity.TRANSIENT_FAILURE
+_SHUTDOWN = grpc.ChannelConnectivity.SHUTDOWN
 # Send and Ack answer MULTIPLE_RESULTS when entries differ; the caller inspects entries
 # (docs/protocol.md §2.3).
 OK_OR_MULTIPLE: frozenset[int] = frozenset({Code.OK, Code.MULTIPLE_RESULTS})
@@ -236,6 +239,15 @@ def channel_options(
     two consecutive transport failures (heartbeats every 10 s included; `ClientSession`, as Java's
     `ClientManagerImpl`),
     and the capped reconnect backoff (1 s .. 5 s) brings the replacement up quickly.
+
+    The reconnect backoff is gRPC's (grpc/grpc doc/connection-backoff.md: 1 s, x1.6, jitter 0.2) capped at
+    5 s instead of 120 s. The Java client keeps grpc-java's defaults (`ExponentialBackoffPolicy`, the same
+    1 s x1.6 up to 2 min; `RpcClientImpl` sets only a 3 s connect timeout, keepalive and no retries) and
+    fails calls fast while a channel backs off; thrust's calls wait for the connection within their
+    deadline instead (`RpcClient._connected`). A channel tries again at least every 6 s (5 s + jitter)
+    however long the server was away, so a receive, whose long poll leaves it 17 s to wait by default
+    (`receive_connect_budget`), reaches a server that is back; a unary call waits its 3 s deadline and
+    its caller retries.
     Retries are off (we retry by the server's policy), sizes are unlimited like every upstream client, and
     a local subchannel pool keeps clients isolated (so a replaced channel gets a new connection).
     """
@@ -311,6 +323,7 @@ class RpcClient:
         "_channel",
         "_closed",
         "_metadata",
+        "_ready_watcher",
         "_receives",
         "_receives_cancelled",
         "_stub",
@@ -329,6 +342,7 @@ class RpcClient:
         # ReceiveMessage calls in flight, for `cancel_receives`; set once that was called.
         self._receives: set[Any] = set()
         self._receives_cancelled = False
+        self._ready_watcher: asyncio.Task[None] | None = None  # `_connected`
         tls = config.tls
         server_name = tls.server_name if tls is not None else None
         options = channel_options(endpoint, server_name, config.keepalive_interval, config.keepalive_timeout)
@@ -360,23 +374,62 @@ class RpcClient:
         for call in self._receives:
             call.cancel()
 
-    def _check_reachable(self, what: str, request_id: str | None) -> None:
-        """Raise the error of a call that would fail fast because the channel cannot connect.
+    async def _connected(self, what: str, request_id: str | None, budget: float) -> float:
+        """Wait up to `budget` seconds for the channel to be READY; the seconds waited (0 when it was).
 
-        A channel in TRANSIENT_FAILURE fails every call without wait-for-ready at once with UNAVAILABLE
-        ("failed to connect to all addresses") and keeps reconnecting on its own, with its backoff
-        (`channel_options`), whether calls come or not. Raising that same retriable error here, without
-        starting the call, changes nothing the caller sees, and it keeps grpc.aio's native batch out of
-        it: during a partition a producer at 200 msg/s makes ~500 such calls a second, and a small share
-        of calls that fail this way never free their batch's native op array (grpc/grpc#43360; measured
-        with memray in the soak, docs/reliability.md bug 8).
+        A call started on a channel that is not connected fails fast with UNAVAILABLE while the channel
+        is in TRANSIENT_FAILURE, its reconnect backoff, even when the server came back a moment ago:
+        grpc does not retry the connection before the backoff ends. So every call waits for the
+        connection within its own deadline, as grpc's `wait_for_ready` would, and only then starts:
+        a channel still down at the end of the budget raises the retriable ConnectionError grpc would
+        have, without starting the call. Not `wait_for_ready` itself: grpc.aio leaks the native op array of
+        a share of calls that fail while the channel cannot connect (grpc/grpc#43360; measured with memray
+        in the soak, docs/reliability.md bug 8), so no call starts before the channel is READY. One watcher
+        task per channel serves every waiting call.
         """
-        if self._channel.get_state() is _TRANSIENT_FAILURE:
-            raise ConnectionError(
-                f"{what} failed: UNAVAILABLE: {self.endpoint} is unreachable (channel in TRANSIENT_FAILURE, "
-                "reconnecting)",
-                request_id=request_id,
+        state = self._channel.get_state()
+        if state is _READY or state is _SHUTDOWN:  # SHUTDOWN: closed under us; the call fails as such
+            return 0.0
+        if budget <= 0:
+            # No time to wait: a channel in its backoff fails the call now, as gRPC would; one that is
+            # idle or connecting takes it (gRPC holds it until the connection attempt ends).
+            if state is _TRANSIENT_FAILURE:
+                raise self._unreachable(what, request_id, state, 0.0)
+            return 0.0
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        watcher = self._ready_watcher
+        if watcher is None or watcher.done():
+            watcher = self._ready_watcher = loop.create_task(
+                self._watch_until_ready(), name=f"thrust-connect-{self.endpoint}"
             )
+        # asyncio.wait leaves the shared watcher running when this caller gives up or is cancelled.
+        await asyncio.wait((watcher,), timeout=budget)
+        if self._closed:
+            # Closed while we waited (transport recovery replaced the channel): a call on a closed
+            # grpc.aio channel raises UsageError; the caller gets the closed channel's retriable error.
+            raise _channel_closed(what, request_id)
+        state = self._channel.get_state()
+        if state is not _READY and state is not _SHUTDOWN:
+            raise self._unreachable(what, request_id, state, budget)
+        return loop.time() - started
+
+    async def _watch_until_ready(self) -> None:
+        # try_to_connect starts a connection from IDLE; in TRANSIENT_FAILURE the channel keeps its backoff.
+        try:
+            state = self._channel.get_state(try_to_connect=True)
+            while state is not _READY and state is not _SHUTDOWN:
+                await self._channel.wait_for_state_change(state)
+                state = self._channel.get_state(try_to_connect=True)
+        except Exception:  # a channel closed while watched: the waiters look at its state themselves
+            return
+
+    def _unreachable(self, what: str, request_id: str | None, state: Any, waited: float) -> ConnectionError:
+        return ConnectionError(
+            f"{what} failed: UNAVAILABLE: {self.endpoint} is unreachable (channel {state.name} after waiting "
+            f"{waited:.3g} s for the connection)",
+            request_id=request_id,
+        )
 
     async def unary(
         self,
@@ -384,12 +437,21 @@ class RpcClient:
         request: Any,
         timeout: float,
         ok: frozenset[int] = OK_ONLY,
+        *,
+        wait_for_connection: bool = True,
     ) -> Any:
-        """Call unary `rpc`, return its response; raise a ThrustError unless `status.code in ok`."""
+        """Call unary `rpc`, return its response; raise a ThrustError unless `status.code in ok`.
+
+        The call first waits for the channel's connection within `timeout` (`_connected`), unless
+        `wait_for_connection` is false: then a channel that cannot connect fails it at once (a producer
+        with another broker to try)."""
         if self._closed:
             raise ClientClosedError(f"{rpc}: the client is closed")
         md = self._metadata()
-        self._check_reachable(rpc, Metadata.request_id_of(md))
+        waited = await self._connected(
+            rpc, Metadata.request_id_of(md), timeout if wait_for_connection else 0.0
+        )
+        timeout -= waited
         try:
             response = await getattr(self._stub, rpc)(request, timeout=timeout, metadata=md)
         except grpc.RpcError as exc:
@@ -426,7 +488,20 @@ class RpcClient:
         text = ""
         messages: list[Any] = []
         delivery: float | None = None
-        self._check_reachable("ReceiveMessage", Metadata.request_id_of(md))
+        poll = request.long_polling_timeout.seconds + request.long_polling_timeout.nanos / 1e9
+        waited = await self._connected(
+            "ReceiveMessage", Metadata.request_id_of(md), receive_connect_budget(poll, timeout)
+        )
+        if waited > 0:
+            # What the wait took comes out of the long poll, so that the server still answers an empty
+            # poll before the deadline (docs/protocol.md §6.2).
+            poll, timeout = receive_after_connect(poll, timeout, waited)
+            shortened = type(request)()
+            shortened.CopyFrom(request)
+            shortened.long_polling_timeout.FromNanoseconds(round(poll * 1e9))
+            request = shortened
+            if self._closed or self._receives_cancelled:
+                raise ClientClosedError("ReceiveMessage: the client is closed")
         call = self._stub.ReceiveMessage(request, timeout=timeout, metadata=md)
         self._receives.add(call)
         try:
@@ -486,4 +561,6 @@ class RpcClient:
         self._closed = True
         global _open_channels
         _open_channels = max(0, _open_channels - 1)  # an inherited client closed in a fork child
+        if self._ready_watcher is not None:
+            self._ready_watcher.cancel()
         await self._channel.close(grace)
