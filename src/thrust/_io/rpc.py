@@ -307,6 +307,11 @@ class TelemetryCall:
             return None
         return message
 
+    @property
+    def request_id(self) -> str | None:
+        """The call's `x-mq-request-id`."""
+        return self._request_id
+
     def cancel(self) -> None:
         """Cancel the call (the reader gets CancelledError)."""
         self._call.cancel()
