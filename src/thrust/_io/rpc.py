@@ -390,7 +390,8 @@ class RpcClient:
         have, without starting the call. Not `wait_for_ready` itself: grpc.aio leaks the native op array of
         a share of calls that fail while the channel cannot connect (grpc/grpc#43360; measured with memray
         in the soak, docs/reliability.md bug 8), so no call starts before the channel is READY. One watcher
-        task per channel serves every waiting call.
+        task per channel serves every waiting call. The Telemetry stream is not held here: it has no
+        deadline to wait within, and `TelemetryStream` reopens it on its own short capped backoff.
         """
         state = self._channel.get_state()
         if state is _READY or state is _SHUTDOWN:  # SHUTDOWN: closed under us; the call fails as such
