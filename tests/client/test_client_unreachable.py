@@ -13,6 +13,7 @@ channel comes back by itself.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import time
 from typing import Any
@@ -145,6 +146,49 @@ def test_a_call_started_in_the_backoff_goes_through_when_the_server_comes_up() -
                 response = await call
                 assert response.entries[0].message_id
                 assert srv.stats.calls["SendMessage"] == 1
+        finally:
+            await client.close(0.1)
+
+    run(scenario)
+
+
+def test_a_receive_after_a_reconnection_waits_for_its_settings_to_be_answered() -> None:
+    # A restarted proxy fails a receive from a client whose Settings its new Telemetry stream has not
+    # delivered yet (D14, docs/interop-findings.md), and that stream comes back on its own schedule: a
+    # receive that had to wait for the connection also waits, within its budget, for the session's
+    # `synced` event. (The embedded server serves such a receive, so the event stands in for the stream.)
+    async def scenario() -> None:
+        port = _free_port()
+        endpoint = f"127.0.0.1:{port}"
+        config = thrust.ClientConfig(endpoint)
+        client = RpcClient(parse_endpoint(endpoint), config, Metadata(config, "resync"))
+        channel = client._channel
+        try:
+            with pytest.raises(thrust.ConnectionError):
+                await client.unary("QueryRoute", s.QueryRouteRequest(), 0.2)
+            await _until(
+                lambda: channel.get_state() is grpc.ChannelConnectivity.TRANSIENT_FAILURE,
+                10.0,
+                "the channel never reached TRANSIENT_FAILURE",
+            )
+            synced = asyncio.Event()
+            async with embedded_server(topics=["t"], groups=["g"], port=port) as srv:
+                request = _receive_request()
+                request.long_polling_timeout.seconds = 20
+                call = asyncio.ensure_future(client.receive(request, 23.0, None, synced))
+                await _until(
+                    lambda: channel.get_state() is grpc.ChannelConnectivity.READY,
+                    20.0,
+                    "the channel did not reconnect",
+                )
+                await asyncio.sleep(0.3)
+                assert not call.done()
+                assert srv.stats.calls["ReceiveMessage"] == 0  # held until the Settings are answered
+                synced.set()
+                await _until(lambda: srv.stats.calls["ReceiveMessage"] == 1, 10.0, "the receive never came")
+                call.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await call
         finally:
             await client.close(0.1)
 

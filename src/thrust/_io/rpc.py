@@ -10,6 +10,8 @@ No other module catches `grpc.RpcError`.
 from __future__ import annotations
 
 import asyncio
+import builtins
+import contextlib
 import inspect
 import logging
 import os
@@ -473,7 +475,11 @@ class RpcClient:
         return response
 
     async def receive(
-        self, request: Any, timeout: float, on_message: Callable[[Any], None] | None = None
+        self,
+        request: Any,
+        timeout: float,
+        on_message: Callable[[Any], None] | None = None,
+        settings_synced: asyncio.Event | None = None,
     ) -> ReceiveResult:
         """Run one ReceiveMessage stream to completion (docs/protocol.md §6.4: clients act on completion).
 
@@ -486,6 +492,12 @@ class RpcClient:
         messages to the end costs several ms). Messages before any status are collected as usual. If
         the stream then fails, the error is raised as usual; the messages already handed over stay
         delivered (they are invisible on the broker either way).
+
+        A receive on a channel that is not connected waits for the connection (`_connected`) and then,
+        within the same budget, for `settings_synced`, set while this client's Telemetry stream to the
+        endpoint has its Settings answered: a restarted proxy refuses a receive from a client whose
+        Settings it has not got yet (INTERNAL_SERVER_ERROR, D14 in docs/interop-findings.md), and the
+        stream comes back on its own schedule, not with the channel.
         """
         if self._closed or self._receives_cancelled:
             raise ClientClosedError("ReceiveMessage: the client is closed")
@@ -495,9 +507,15 @@ class RpcClient:
         messages: list[Any] = []
         delivery: float | None = None
         poll = request.long_polling_timeout.seconds + request.long_polling_timeout.nanos / 1e9
-        waited = await self._connected(
-            "ReceiveMessage", Metadata.request_id_of(md), receive_connect_budget(poll, timeout)
-        )
+        budget = receive_connect_budget(poll, timeout)
+        reconnected = self._channel.get_state() is not _READY
+        waited = await self._connected("ReceiveMessage", Metadata.request_id_of(md), budget)
+        if reconnected and settings_synced is not None and not settings_synced.is_set() and budget > waited:
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            with contextlib.suppress(builtins.TimeoutError):  # then the server answers for itself
+                await asyncio.wait_for(settings_synced.wait(), budget - waited)
+            waited += loop.time() - started
         if waited > 0:
             # What the wait took comes out of the long poll, so that the server still answers an empty
             # poll before the deadline (docs/protocol.md §6.2).

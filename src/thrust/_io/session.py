@@ -357,7 +357,7 @@ class ClientSession:
         ]
 
     def telemetry(self, endpoint: Endpoint) -> TelemetryStream | None:
-        """The telemetry stream of an established session (for tests and diagnostics)."""
+        """The telemetry stream of an established session (receives, tests and diagnostics)."""
         task = self._sessions.get(endpoint)
         if task is None or not task.done() or task.cancelled() or task.exception() is not None:
             return None
@@ -427,9 +427,12 @@ class ClientSession:
             # close() may have begun meanwhile; it cancels only the receives already in flight.
             self._check_open()
         client = self.rpc(endpoint)
+        stream = self.telemetry(endpoint)
         self._inflight += 1
         try:
-            result = await client.receive(request, timeout, on_message)
+            result = await client.receive(
+                request, timeout, on_message, None if stream is None else stream.synced
+            )
         except (errors.ConnectionError, errors.TimeoutError) as exc:
             self._raise_if_closed(exc)
             self._transport_failed(endpoint, client, exc)

@@ -109,6 +109,9 @@ class TelemetryStream:
         self.settings_received: asyncio.Future[pb.Settings] = asyncio.get_running_loop().create_future()
         self.settings_received.add_done_callback(_retrieve)
         self.opened = 0  # how many times the stream was (re)opened, for tests and diagnostics
+        # Set while the current stream has had its Settings answered (the server holds them), cleared when
+        # it ends: receives after a reconnection wait for it (`RpcClient.receive`).
+        self.synced = asyncio.Event()
         self._task = spawn(self._run(), f"thrust-telemetry-{endpoint}")
 
     # -- writing ---------------------------------------------------------------------------------
@@ -177,6 +180,7 @@ class TelemetryStream:
             except ThrustError as exc:
                 error = exc
             finally:
+                self.synced.clear()
                 self._queue = None
                 self._call = None
                 if not queue.full():
@@ -212,6 +216,7 @@ class TelemetryStream:
                 )
                 return
             self._handler.on_settings(self.endpoint, command.settings)
+            self.synced.set()
             if not self.settings_received.done():
                 self.settings_received.set_result(command.settings)
         elif kind == "recover_orphaned_transaction_command":
