@@ -17,6 +17,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -102,14 +103,24 @@ class _Stub:
 # while the poller thread is inside `grpc_completion_queue_next` ("Other threads are currently calling
 # into gRPC, skipping fork() handlers"). Nothing in the child can restart them, so the only honest answer
 # there is a typed error before any gRPC object exists. A child of a process that had closed every client
-# (the poller stopped) starts gRPC afresh and works.
+# (the poller and core's threads stopped) starts gRPC afresh and works; a fork right after the last close
+# waits (at most `_FORK_QUIESCE_TIMEOUT`) for those threads to end.
 _open_channels = 0  # RpcClients created and not yet closed in this process
+_last_close = -1e9  # time.monotonic() when the last open RpcClient closed
 _live_at_fork = False  # set by the before-fork hook, read by the child's hook
 _inherited_live_grpc = False  # this process is a fork child of a process whose gRPC runtime was running
+# gRPC core's own threads, by the names it gives them (Linux `comm`, 15 characters): the timer manager
+# ("grpc_global_timer"), the EventEngine pool ("event_engine") and its "lifeguard". They end a moment
+# after the last channel is gone; a fork in that moment copies a core that still counts them.
+_GRPC_THREAD_PREFIXES = ("grpc_", "event_engine", "lifeguard")
+# How long a fork right after the last client closed waits for them (then the child refuses gRPC).
+_FORK_QUIESCE_WINDOW = 5.0
+_FORK_QUIESCE_TIMEOUT = 2.0
 
 
 def _grpc_aio_running() -> bool:
-    """Whether grpc.aio's poller thread runs in this process (or a thrust channel is still open)."""
+    """Whether grpc.aio's poller thread runs in this process (or a thrust channel is still open); with
+    `_grpc_core_threads`, whether a fork child would inherit a running gRPC."""
     if _open_channels:
         return True
     # grpc's Cython core, loaded by `import grpc`; not a public API, hence no import of it here.
@@ -124,9 +135,37 @@ def _grpc_aio_running() -> bool:
     return False
 
 
+def _grpc_core_threads() -> int:
+    """How many of gRPC core's threads run in this process (0 where /proc is not there)."""
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:  # pragma: no cover - not Linux
+        return 0
+    count = 0
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as comm:
+                name = comm.read().strip()
+        except OSError:  # the thread ended meanwhile
+            continue
+        count += name.startswith(_GRPC_THREAD_PREFIXES)
+    return count
+
+
+def _grpc_live() -> bool:
+    return _grpc_aio_running() or _grpc_core_threads() > 0
+
+
 def _before_fork() -> None:
     global _live_at_fork
-    _live_at_fork = _grpc_aio_running()
+    live = _grpc_live()
+    if live and not _open_channels and time.monotonic() - _last_close < _FORK_QUIESCE_WINDOW:
+        # The last client closed a moment ago (a pre-fork server closing its clients, then forking):
+        # let grpc.aio's poller and gRPC core's threads end first, so that the child starts gRPC afresh.
+        deadline = time.monotonic() + _FORK_QUIESCE_TIMEOUT
+        while (live := _grpc_live()) and time.monotonic() < deadline:
+            time.sleep(0.005)
+    _live_at_fork = live
 
 
 def _after_fork_in_child() -> None:
@@ -583,8 +622,9 @@ class RpcClient:
         if self._closed:
             return
         self._closed = True
-        global _open_channels
+        global _open_channels, _last_close
         _open_channels = max(0, _open_channels - 1)  # an inherited client closed in a fork child
+        _last_close = time.monotonic()
         if self._ready_watcher is not None:
             self._ready_watcher.cancel()
         await self._channel.close(grace)
