@@ -612,11 +612,20 @@ class Producer:
             ready = tuple(q for q in candidates if session.is_ready(q.endpoint))
             if prepared.message_group is None:
                 candidates = ready + tuple(q for q in candidates if q not in ready)
+        # With another broker to try, a broker whose channel cannot connect fails the attempt at once and
+        # the retry goes elsewhere; with one, the attempt waits for its connection within its deadline.
+        single_endpoint = len({q.endpoint for q in candidates}) == 1
         attempt = 1
         while True:
             endpoint = candidates[(attempt - 1) % len(candidates)].endpoint
             try:
-                response = await session.call(endpoint, "SendMessage", prepared.request, ok=OK_OR_MULTIPLE)
+                response = await session.call(
+                    endpoint,
+                    "SendMessage",
+                    prepared.request,
+                    ok=OK_OR_MULTIPLE,
+                    wait_for_connection=single_endpoint,
+                )
                 result = answer(response, prepared)
                 isolation.on_success(endpoint)
                 return result, endpoint

@@ -8,6 +8,11 @@ blocks interpreter exit). Calls are safe from any number of threads.
   that loop (and deadlock if it were the library's own). Use `thrust.Producer` there.
 - A client created before `os.fork()` cannot be used in the child (its loop thread does not exist
   there): every call raises `ThrustError`. Create new clients in the child; they start a fresh loop.
+  That needs a parent whose gRPC runtime was stopped at the fork (every client closed): grpc.aio cannot
+  run in a child forked while it ran, so a client constructed there raises `ThrustError` at once
+  (`thrust._io.rpc.check_grpc_usable`).
+- Nothing here waits without a deadline: the constructor gives up after `START_TIMEOUT` (raising
+  `thrust.TimeoutError`) when the asyncio start cannot finish, and calls end within their own deadlines.
 """
 
 from __future__ import annotations
@@ -23,8 +28,9 @@ from typing import TYPE_CHECKING, Any, ParamSpec, Self, TypeVar
 from thrust import producer as _producer
 from thrust import simple_consumer as _simple
 from thrust._instrument import Instrumentation
+from thrust._io.rpc import check_grpc_usable
 from thrust.config import ClientConfig, Credentials, TlsConfig
-from thrust.errors import ClientClosedError, ThrustError
+from thrust.errors import ClientClosedError, ThrustError, TimeoutError
 from thrust.message import FilterExpression, Message, ReceivedMessage, SendReceipt
 
 __all__ = ["Producer", "PushConsumer", "SimpleConsumer", "Transaction"]
@@ -35,6 +41,12 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 P = ParamSpec("P")
+
+# The longest a constructor waits for the asyncio start (routes, sessions), each step of which is bounded
+# by the request timeout already; this backstop only turns a start that can never finish into an error.
+START_TIMEOUT = 60.0
+# The loop thread signals that it runs within microseconds; this bounds a thread that cannot start.
+_LOOP_START_TIMEOUT = 10.0
 
 
 class _LoopThread:
@@ -60,7 +72,11 @@ class _LoopThread:
 
                 thread = threading.Thread(target=run, name="thrust-sync-loop", daemon=True)
                 thread.start()
-                ready.wait()
+                if not ready.wait(_LOOP_START_TIMEOUT):
+                    loop.call_soon_threadsafe(loop.stop)
+                    raise TimeoutError(
+                        f"the thrust.sync loop thread did not start in {_LOOP_START_TIMEOUT} s"
+                    )
                 cls._loop, cls._thread = loop, thread
             cls._users += 1
             return cls._loop, cls._generation
@@ -117,6 +133,8 @@ class _Runner:
 
     def __init__(self) -> None:
         _refuse_inside_loop()
+        # Before the loop thread starts: in a fork child of a process that ran gRPC nothing could work.
+        check_grpc_usable()
         self._loop, self._generation = _LoopThread.acquire()
         self._pid = os.getpid()
         self._closed = False
@@ -139,13 +157,17 @@ class _Runner:
             raise
         return asyncio.run_coroutine_threadsafe(coro, self._loop)
 
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         future = self.submit(coro)
         try:
-            return future.result()
-        except BaseException:
-            # Ctrl-C (or any interruption) while waiting: do not leave the call running.
+            return future.result(timeout)
+        except BaseException as exc:
+            # Ctrl-C (or any interruption, or the timeout) while waiting: do not leave the call running.
+            # A thrust.TimeoutError the call itself raised is a builtin TimeoutError too: the future is done.
+            timed_out = isinstance(exc, concurrent.futures.TimeoutError) and not future.done()
             future.cancel()
+            if timed_out:
+                raise TimeoutError(f"the call did not complete within {timeout} s") from None
             raise
 
     def close(self) -> None:
@@ -176,7 +198,7 @@ class _SyncClient:
         # The runner first: it refuses a call from inside a running loop before any coroutine exists.
         self._runner = _Runner()
         try:
-            self._runner.run(start())
+            self._runner.run(start(), START_TIMEOUT)
         except BaseException:
             self._runner.close()
             raise

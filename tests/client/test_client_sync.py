@@ -104,3 +104,86 @@ def test_client_used_in_forked_child_raises(server: ServerProcess) -> None:
         assert lines[0] == "child exit 0", out.stdout + out.stderr
         assert lines[1].startswith("error:") and "fork" in lines[1]
         assert lines[-1] == "parent ok"
+
+
+# A new client created in a forked child, after the parent used gRPC in three ways. The child reports its
+# outcome through a pipe and is bounded by a generous deadline: a hang is an outcome too ("child hung").
+_NEW_CLIENT_IN_CHILD_SCRIPT = """
+import asyncio, os, sys, time
+import thrust, thrust.sync
+endpoint, parent_mode = sys.argv[1], sys.argv[2]
+kept = None
+if parent_mode == "sync-open":
+    kept = thrust.sync.Producer(endpoints=endpoint, topics=["st"])
+    kept.send(thrust.Message(topic="st", body=b"parent"))
+elif parent_mode == "sync-closed":
+    with thrust.sync.Producer(endpoints=endpoint, topics=["st"]) as p:
+        p.send(thrust.Message(topic="st", body=b"parent"))
+else:  # asyncio-closed
+    async def use():
+        async with thrust.Producer(endpoints=endpoint, topics=["st"]) as p:
+            await p.send(thrust.Message(topic="st", body=b"parent"))
+    asyncio.run(use())
+reader, writer = os.pipe()
+pid = os.fork()
+if pid == 0:  # the child: a brand-new client, as a pre-fork server's post-fork hook creates one
+    try:
+        with thrust.sync.Producer(endpoints=endpoint, topics=["st"]) as p:
+            p.send(thrust.Message(topic="st", body=b"child"))
+        result = "sent"
+    except thrust.ThrustError as exc:
+        result = f"{type(exc).__name__}: {exc}"
+    os.write(writer, result.encode())
+    os._exit(0)
+os.close(writer)
+deadline = time.monotonic() + 40
+while (done := os.waitpid(pid, os.WNOHANG))[0] == 0:
+    if time.monotonic() > deadline:
+        os.kill(pid, 9)
+        print("child hung")
+        sys.exit(3)
+    time.sleep(0.02)
+print(f"child exit {done[1]}")
+print(os.read(reader, 4096).decode())
+if kept is not None:
+    kept.send(thrust.Message(topic="st", body=b"parent still works"))
+    kept.close()
+print("parent ok")
+"""
+
+
+def _new_client_in_child(server: ServerProcess, parent_mode: str) -> list[str]:
+    env = {k: v for k, v in os.environ.items() if k != "GRPC_ENABLE_FORK_SUPPORT"}
+    out = subprocess.run(
+        [sys.executable, "-c", _NEW_CLIENT_IN_CHILD_SCRIPT, server.endpoints[0], parent_mode],
+        capture_output=True,
+        text=True,
+        timeout=80,
+        env=env,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "child exit 0", out.stdout + out.stderr
+    assert lines[-1] == "parent ok", out.stdout + out.stderr
+    return lines
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("parent_mode", ["asyncio-closed", "sync-closed"])
+def test_new_client_in_forked_child_works_after_parent_closed_its_clients(
+    server: ServerProcess, parent_mode: str
+) -> None:
+    # gRPC stopped with the parent's last client, so the child starts it afresh.
+    for _ in range(3):
+        assert _new_client_in_child(server, parent_mode)[1] == "sent"
+
+
+@pytest.mark.slow
+def test_new_client_in_child_forked_with_a_client_open_raises_instead_of_hanging(
+    server: ServerProcess,
+) -> None:
+    # grpc.aio's poller thread and gRPC core's threads ran in the parent at fork(): the child cannot use
+    # gRPC (thrust._io.rpc says why), so the constructor raises a typed error before touching it.
+    for _ in range(3):
+        result = _new_client_in_child(server, "sync-open")[1]
+        assert result.startswith("ThrustError: gRPC cannot be used in this process"), result

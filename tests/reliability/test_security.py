@@ -41,6 +41,8 @@ from tests.reliability._util import assert_report, body, drain, run, send_record
 from tests.server._wire import Wire
 from thrust._codec.signature import signed_metadata
 from thrust._codec.status import Code
+from thrust._proto.apache.rocketmq.v2 import definition_pb2 as pb
+from thrust._proto.apache.rocketmq.v2 import service_pb2 as spb
 from thrust.reliability.history import HistoryRecorder, check
 from thrust.server.app import ServerConfig
 from thrust.testing import EmbeddedServer, ServerProcess, embedded_server
@@ -122,6 +124,20 @@ def test_b13_bad_credentials_fail_start_typed_bounded_without_retry_storm(
                     request_timeout=REQUEST_TIMEOUT,
                     await_duration=1,
                 ),
+                # A push consumer's start talks Telemetry first (no topic to route before its session);
+                # several times, because how the refused stream ended once decided its error (the server
+                # writes the status, then aborts: gRPC sometimes reported that as INTERNAL).
+                *[
+                    lambda: thrust.PushConsumer(
+                        endpoints=ep,
+                        group="g",
+                        subscriptions={"t": "*"},
+                        listener=lambda m: thrust.ConsumeResult.SUCCESS,
+                        credentials=creds,
+                        request_timeout=REQUEST_TIMEOUT,
+                    )
+                ]
+                * 4,
             ):
                 srv.stats.reset()
                 started = time.monotonic()
@@ -134,6 +150,66 @@ def test_b13_bad_credentials_fail_start_typed_bounded_without_retry_storm(
                 calls = sum(srv.stats.calls.values())
                 # No retry storm: an UNAUTHORIZED answer is final (at most ~1 attempt per second).
                 assert calls <= 2 + took, dict(srv.stats.calls)
+
+    run(scenario)
+
+
+def test_b13_a_refused_telemetry_stream_completed_as_the_proxy_does_fails_push_start_typed() -> None:
+    """The proxy answers a Telemetry command it refuses (refused credentials: ResponseBuilder.buildStatus
+    maps AuthenticationException to UNAUTHORIZED) with `TelemetryCommand{status}` and completes the stream
+    with gRPC OK (apache/rocketmq proxy/.../grpc/v2/GrpcMessagingApplication.telemetry). A push consumer,
+    whose start waits for its Telemetry session first, fails `start()` with UnauthorizedError at once,
+    not after reopening the stream until its Settings wait runs out. A stand-in server does exactly that
+    (the embedded server aborts the stream after the status instead: D13 of docs/interop-findings.md)."""
+    refused = pb.Status(code=pb.UNAUTHORIZED, message="access key nobody is not found")
+    opened: list[int] = []
+
+    async def telemetry(requests: Any, context: grpc.aio.ServicerContext) -> Any:  # type: ignore[type-arg]
+        opened.append(1)
+        await requests.__anext__()  # the client's Settings: refused on receipt, as the proxy's onNext
+        yield spb.TelemetryCommand(status=refused)
+
+    async def query_route(request: Any, context: grpc.aio.ServicerContext) -> Any:  # type: ignore[type-arg]
+        return spb.QueryRouteResponse(status=refused)
+
+    handler = grpc.method_handlers_generic_handler(
+        "apache.rocketmq.v2.MessagingService",
+        {
+            "Telemetry": grpc.stream_stream_rpc_method_handler(
+                telemetry,
+                request_deserializer=spb.TelemetryCommand.FromString,
+                response_serializer=spb.TelemetryCommand.SerializeToString,
+            ),
+            "QueryRoute": grpc.unary_unary_rpc_method_handler(
+                query_route,
+                request_deserializer=spb.QueryRouteRequest.FromString,
+                response_serializer=spb.QueryRouteResponse.SerializeToString,
+            ),
+        },
+    )
+
+    async def scenario() -> None:
+        server = grpc.aio.server()
+        server.add_generic_rpc_handlers((handler,))
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        try:
+            creds = thrust.Credentials(access_key="nobody", secret_key=SK)
+            with pytest.raises(thrust.UnauthorizedError) as info:
+                async with thrust.PushConsumer(
+                    endpoints=f"127.0.0.1:{port}",
+                    group="g",
+                    subscriptions={"t": "*"},
+                    listener=lambda m: thrust.ConsumeResult.SUCCESS,
+                    credentials=creds,
+                    request_timeout=REQUEST_TIMEOUT,
+                ):
+                    pass
+            assert info.value.code == Code.UNAUTHORIZED
+            assert "nobody" in info.value.message
+            assert len(opened) == 1  # the refusal was final: the stream was not reopened
+        finally:
+            await server.stop(None)
 
     run(scenario)
 

@@ -11,6 +11,9 @@ from thrust._core.settings import (
     ClientSettings,
     ServerSettings,
     merge,
+    receive_after_connect,
+    receive_connect_budget,
+    receive_deadline,
 )
 
 
@@ -98,3 +101,17 @@ def test_a_push_consumer_asks_for_a_shorter_poll_than_its_deadline_allows() -> N
     assert c.push_long_polling == 15.0 and c.receive_deadline == 23.0
     short = merge(c, ServerSettings(long_polling_timeout=6))
     assert short.push_long_polling == 5.0 and short.receive_deadline == 9.0
+
+
+def test_a_receive_waits_for_its_connection_out_of_its_long_poll_never_below_the_minimum() -> None:
+    # Defaults: 20 s poll + 3 s request timeout; the wait may take all but the 5 s minimum poll + 1 s.
+    timeout = receive_deadline(20.0, 3.0)
+    assert receive_connect_budget(20.0, timeout) == 17.0
+    # After 4 s of waiting: the poll gives up those 4 s, the request timeout's 3 s stay.
+    assert receive_after_connect(20.0, timeout, 4.0) == (16.0, 19.0)
+    # After the whole budget: the proxy's minimum poll, answered 1 s before the deadline.
+    assert receive_after_connect(20.0, timeout, 17.0) == (5.0, 6.0)
+    # A 5 s poll has only the request timeout's slack minus the margin; a 1 s request timeout none.
+    assert receive_connect_budget(5.0, receive_deadline(5.0, 3.0)) == 2.0
+    assert receive_connect_budget(5.0, receive_deadline(5.0, 1.0)) == 0.0
+    assert receive_connect_budget(1.0, receive_deadline(1.0, 0.5)) == 0.0

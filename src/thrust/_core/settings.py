@@ -24,6 +24,8 @@ __all__ = [
     "ClientSettings",
     "ServerSettings",
     "merge",
+    "receive_after_connect",
+    "receive_connect_budget",
     "receive_deadline",
 ]
 
@@ -115,6 +117,32 @@ def receive_deadline(long_polling_timeout: float, request_timeout: float) -> flo
     1 s + 3 s deadline was therefore refused; with max(wait, 5 s) + request timeout the proxy may hold the
     call for its full 5 s minimum and still answer before the deadline."""
     return max(long_polling_timeout, MIN_POLLING_SECONDS) + request_timeout
+
+
+# What a receive keeps between the server's answer to an empty poll and its own deadline after it waited
+# for its channel to connect: enough for the answer to travel on a loaded machine.
+RECEIVE_CONNECT_MARGIN = 1.0
+
+
+def receive_connect_budget(long_polling_timeout: float, timeout: float) -> float:
+    """How long a ReceiveMessage with this long polling and deadline may wait for its channel to connect.
+
+    What the deadline leaves beyond the proxy's 5 s minimum poll and a margin: after waiting that long
+    the call still holds a poll the proxy accepts (docs/protocol.md §6.2), shortened by
+    `receive_after_connect`. With the defaults (20 s poll, 3 s request timeout) that is 17 s."""
+    slack = timeout - max(long_polling_timeout, MIN_POLLING_SECONDS)
+    return max(0.0, timeout - MIN_POLLING_SECONDS - min(max(slack, 0.0), RECEIVE_CONNECT_MARGIN))
+
+
+def receive_after_connect(long_polling_timeout: float, timeout: float, waited: float) -> tuple[float, float]:
+    """The (long polling, deadline) of a receive that waited `waited` seconds of its deadline `timeout`
+    for a connection: the deadline is what is left of it, and the poll shrinks so that the time the
+    deadline kept beyond the poll (the request timeout) stays, but never below the proxy's 5 s minimum
+    (`receive_connect_budget` leaves room for that)."""
+    remaining = timeout - waited
+    slack = timeout - max(long_polling_timeout, MIN_POLLING_SECONDS)
+    poll = max(MIN_POLLING_SECONDS, min(long_polling_timeout, remaining - slack))
+    return poll, remaining
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,8 +10,14 @@ No other module catches `grpc.RpcError`.
 from __future__ import annotations
 
 import asyncio
+import builtins
+import contextlib
 import inspect
 import logging
+import os
+import sys
+import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -20,6 +26,7 @@ import grpc.aio
 
 from thrust._codec.status import Code
 from thrust._core.endpoints import Endpoint
+from thrust._core.settings import receive_after_connect, receive_connect_budget
 from thrust._io.metadata import Metadata
 from thrust._proto.apache.rocketmq.v2 import service_pb2
 from thrust.config import ClientConfig
@@ -45,6 +52,7 @@ __all__ = [
     "RpcClient",
     "TelemetryCall",
     "channel_options",
+    "check_grpc_usable",
     "translate_grpc_error",
 ]
 
@@ -85,8 +93,106 @@ class _Stub:
             setattr(self, method.name, callable_)
 
 
+# -- fork() ---------------------------------------------------------------------------------------------
+# grpc.aio runs on one process-wide completion queue whose poller is a thread (grpc's `PollerCompletionQueue`,
+# started with the first channel or server and stopped when the last is deallocated), over gRPC core's
+# own threads. fork() copies none of those threads into the child, but the child inherits the state that
+# says they run: a channel created there waits on a queue nobody polls, so its first call never completes
+# (or gRPC core aborts on a mutex a vanished thread held). gRPC's fork support does not cover grpc.aio
+# (grpc/grpc doc/fork_support.md), and with GRPC_ENABLE_FORK_SUPPORT=1 core skips its fork handlers anyway
+# while the poller thread is inside `grpc_completion_queue_next` ("Other threads are currently calling
+# into gRPC, skipping fork() handlers"). Nothing in the child can restart them, so the only honest answer
+# there is a typed error before any gRPC object exists. A child of a process that had closed every client
+# (the poller and core's threads stopped) starts gRPC afresh and works; a fork right after the last close
+# waits (at most `_FORK_QUIESCE_TIMEOUT`) for those threads to end.
+_open_channels = 0  # RpcClients created and not yet closed in this process
+_last_close = -1e9  # time.monotonic() when the last open RpcClient closed
+_live_at_fork = False  # set by the before-fork hook, read by the child's hook
+_inherited_live_grpc = False  # this process is a fork child of a process whose gRPC runtime was running
+# gRPC core's own threads, by the names it gives them (Linux `comm`, 15 characters): the timer manager
+# ("grpc_global_timer"), the EventEngine pool ("event_engine") and its "lifeguard". They end a moment
+# after the last channel is gone; a fork in that moment copies a core that still counts them.
+_GRPC_THREAD_PREFIXES = ("grpc_", "event_engine", "lifeguard")
+# How long a fork right after the last client closed waits for them (then the child refuses gRPC).
+_FORK_QUIESCE_WINDOW = 5.0
+_FORK_QUIESCE_TIMEOUT = 2.0
+
+
+def _grpc_aio_running() -> bool:
+    """Whether grpc.aio's poller thread runs in this process (or a thrust channel is still open); with
+    `_grpc_core_threads`, whether a fork child would inherit a running gRPC."""
+    if _open_channels:
+        return True
+    # grpc's Cython core, loaded by `import grpc`; not a public API, hence no import of it here.
+    poller_type = getattr(sys.modules.get("grpc._cython.cygrpc"), "PollerCompletionQueue", None)
+    if poller_type is None:  # pragma: no cover - a grpcio without the poller engine
+        return False
+    for thread in threading.enumerate():
+        # The poller thread's target is the bound `PollerCompletionQueue._poll_wrapper`.
+        target = getattr(thread, "_target", None)
+        if isinstance(getattr(target, "__self__", None), poller_type):
+            return True
+    return False
+
+
+def _grpc_core_threads() -> int:
+    """How many of gRPC core's threads run in this process (0 where /proc is not there)."""
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:  # pragma: no cover - not Linux
+        return 0
+    count = 0
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as comm:
+                name = comm.read().strip()
+        except OSError:  # the thread ended meanwhile
+            continue
+        count += name.startswith(_GRPC_THREAD_PREFIXES)
+    return count
+
+
+def _grpc_live() -> bool:
+    return _grpc_aio_running() or _grpc_core_threads() > 0
+
+
+def _before_fork() -> None:
+    global _live_at_fork
+    live = _grpc_live()
+    if live and not _open_channels and time.monotonic() - _last_close < _FORK_QUIESCE_WINDOW:
+        # The last client closed a moment ago (a pre-fork server closing its clients, then forking):
+        # let grpc.aio's poller and gRPC core's threads end first, so that the child starts gRPC afresh.
+        deadline = time.monotonic() + _FORK_QUIESCE_TIMEOUT
+        while (live := _grpc_live()) and time.monotonic() < deadline:
+            time.sleep(0.005)
+    _live_at_fork = live
+
+
+def _after_fork_in_child() -> None:
+    global _inherited_live_grpc, _open_channels
+    _inherited_live_grpc = _inherited_live_grpc or _live_at_fork
+    _open_channels = 0
+
+
+if hasattr(os, "register_at_fork"):  # no fork() on Windows
+    os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
+
+
+def check_grpc_usable() -> None:
+    """Raise ThrustError at once in a fork child that inherited a running gRPC runtime (see above)."""
+    if _inherited_live_grpc:
+        raise ThrustError(
+            "gRPC cannot be used in this process: it was forked while gRPC was running in its parent (a "
+            "thrust client, or another grpc.aio channel or server, was open at os.fork()), and grpc.aio "
+            "has no fork support. Close every client before forking, or create clients only in processes "
+            "forked before any was opened (docs/guide-sync.md)"
+        )
+
+
 OK_ONLY: frozenset[int] = frozenset({Code.OK})
+_READY = grpc.ChannelConnectivity.READY
 _TRANSIENT_FAILURE = grpc.ChannelConnectivity.TRANSIENT_FAILURE
+_SHUTDOWN = grpc.ChannelConnectivity.SHUTDOWN
 # Send and Ack answer MULTIPLE_RESULTS when entries differ; the caller inspects entries
 # (docs/protocol.md §2.3).
 OK_OR_MULTIPLE: frozenset[int] = frozenset({Code.OK, Code.MULTIPLE_RESULTS})
@@ -174,6 +280,15 @@ def channel_options(
     two consecutive transport failures (heartbeats every 10 s included; `ClientSession`, as Java's
     `ClientManagerImpl`),
     and the capped reconnect backoff (1 s .. 5 s) brings the replacement up quickly.
+
+    The reconnect backoff is gRPC's (grpc/grpc doc/connection-backoff.md: 1 s, x1.6, jitter 0.2) capped at
+    5 s instead of 120 s. The Java client keeps grpc-java's defaults (`ExponentialBackoffPolicy`, the same
+    1 s x1.6 up to 2 min; `RpcClientImpl` sets only a 3 s connect timeout, keepalive and no retries) and
+    fails calls fast while a channel backs off; thrust's calls wait for the connection within their
+    deadline instead (`RpcClient._connected`). A channel tries again at least every 6 s (5 s + jitter)
+    however long the server was away, so a receive, whose long poll leaves it 17 s to wait by default
+    (`receive_connect_budget`), reaches a server that is back; a unary call waits its 3 s deadline and
+    its caller retries.
     Retries are off (we retry by the server's policy), sizes are unlimited like every upstream client, and
     a local subchannel pool keeps clients isolated (so a replaced channel gets a new connection).
     """
@@ -233,6 +348,11 @@ class TelemetryCall:
             return None
         return message
 
+    @property
+    def request_id(self) -> str | None:
+        """The call's `x-mq-request-id`."""
+        return self._request_id
+
     def cancel(self) -> None:
         """Cancel the call (the reader gets CancelledError)."""
         self._call.cancel()
@@ -249,6 +369,7 @@ class RpcClient:
         "_channel",
         "_closed",
         "_metadata",
+        "_ready_watcher",
         "_receives",
         "_receives_cancelled",
         "_stub",
@@ -257,6 +378,7 @@ class RpcClient:
     )
 
     def __init__(self, endpoint: Endpoint, config: ClientConfig, metadata: Metadata) -> None:
+        check_grpc_usable()
         self.endpoint = endpoint
         # Consecutive transport-level failures (DEADLINE_EXCEEDED / UNAVAILABLE) of calls on this channel;
         # maintained by the session, which replaces the channel after two (docs/protocol.md §4.6).
@@ -266,6 +388,7 @@ class RpcClient:
         # ReceiveMessage calls in flight, for `cancel_receives`; set once that was called.
         self._receives: set[Any] = set()
         self._receives_cancelled = False
+        self._ready_watcher: asyncio.Task[None] | None = None  # `_connected`
         tls = config.tls
         server_name = tls.server_name if tls is not None else None
         options = channel_options(endpoint, server_name, config.keepalive_interval, config.keepalive_timeout)
@@ -279,6 +402,8 @@ class RpcClient:
         else:
             self._channel = grpc.aio.insecure_channel(target, options=options)
         self._stub: Any = _Stub(self._channel)
+        global _open_channels
+        _open_channels += 1
 
     @property
     def closed(self) -> bool:
@@ -295,23 +420,63 @@ class RpcClient:
         for call in self._receives:
             call.cancel()
 
-    def _check_reachable(self, what: str, request_id: str | None) -> None:
-        """Raise the error of a call that would fail fast because the channel cannot connect.
+    async def _connected(self, what: str, request_id: str | None, budget: float) -> float:
+        """Wait up to `budget` seconds for the channel to be READY; the seconds waited (0 when it was).
 
-        A channel in TRANSIENT_FAILURE fails every call without wait-for-ready at once with UNAVAILABLE
-        ("failed to connect to all addresses") and keeps reconnecting on its own, with its backoff
-        (`channel_options`), whether calls come or not. Raising that same retriable error here, without
-        starting the call, changes nothing the caller sees, and it keeps grpc.aio's native batch out of
-        it: during a partition a producer at 200 msg/s makes ~500 such calls a second, and a small share
-        of calls that fail this way never free their batch's native op array (grpc/grpc#43360; measured
-        with memray in the soak, docs/reliability.md bug 8).
+        A call started on a channel that is not connected fails fast with UNAVAILABLE while the channel
+        is in TRANSIENT_FAILURE, its reconnect backoff, even when the server came back a moment ago:
+        grpc does not retry the connection before the backoff ends. So every call waits for the
+        connection within its own deadline, as grpc's `wait_for_ready` would, and only then starts:
+        a channel still down at the end of the budget raises the retriable ConnectionError grpc would
+        have, without starting the call. Not `wait_for_ready` itself: grpc.aio leaks the native op array of
+        a share of calls that fail while the channel cannot connect (grpc/grpc#43360; measured with memray
+        in the soak, docs/reliability.md bug 8), so no call starts before the channel is READY. One watcher
+        task per channel serves every waiting call. The Telemetry stream is not held here: it has no
+        deadline to wait within, and `TelemetryStream` reopens it on its own short capped backoff.
         """
-        if self._channel.get_state() is _TRANSIENT_FAILURE:
-            raise ConnectionError(
-                f"{what} failed: UNAVAILABLE: {self.endpoint} is unreachable (channel in TRANSIENT_FAILURE, "
-                "reconnecting)",
-                request_id=request_id,
+        state = self._channel.get_state()
+        if state is _READY or state is _SHUTDOWN:  # SHUTDOWN: closed under us; the call fails as such
+            return 0.0
+        if budget <= 0:
+            # No time to wait: a channel in its backoff fails the call now, as gRPC would; one that is
+            # idle or connecting takes it (gRPC holds it until the connection attempt ends).
+            if state is _TRANSIENT_FAILURE:
+                raise self._unreachable(what, request_id, state, 0.0)
+            return 0.0
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        watcher = self._ready_watcher
+        if watcher is None or watcher.done():
+            watcher = self._ready_watcher = loop.create_task(
+                self._watch_until_ready(), name=f"thrust-connect-{self.endpoint}"
             )
+        # asyncio.wait leaves the shared watcher running when this caller gives up or is cancelled.
+        await asyncio.wait((watcher,), timeout=budget)
+        if self._closed:
+            # Closed while we waited (transport recovery replaced the channel): a call on a closed
+            # grpc.aio channel raises UsageError; the caller gets the closed channel's retriable error.
+            raise _channel_closed(what, request_id)
+        state = self._channel.get_state()
+        if state is not _READY and state is not _SHUTDOWN:
+            raise self._unreachable(what, request_id, state, budget)
+        return loop.time() - started
+
+    async def _watch_until_ready(self) -> None:
+        # try_to_connect starts a connection from IDLE; in TRANSIENT_FAILURE the channel keeps its backoff.
+        try:
+            state = self._channel.get_state(try_to_connect=True)
+            while state is not _READY and state is not _SHUTDOWN:
+                await self._channel.wait_for_state_change(state)
+                state = self._channel.get_state(try_to_connect=True)
+        except Exception:  # a channel closed while watched: the waiters look at its state themselves
+            return
+
+    def _unreachable(self, what: str, request_id: str | None, state: Any, waited: float) -> ConnectionError:
+        return ConnectionError(
+            f"{what} failed: UNAVAILABLE: {self.endpoint} is unreachable (channel {state.name} after waiting "
+            f"{waited:.3g} s for the connection)",
+            request_id=request_id,
+        )
 
     async def unary(
         self,
@@ -319,12 +484,21 @@ class RpcClient:
         request: Any,
         timeout: float,
         ok: frozenset[int] = OK_ONLY,
+        *,
+        wait_for_connection: bool = True,
     ) -> Any:
-        """Call unary `rpc`, return its response; raise a ThrustError unless `status.code in ok`."""
+        """Call unary `rpc`, return its response; raise a ThrustError unless `status.code in ok`.
+
+        The call first waits for the channel's connection within `timeout` (`_connected`), unless
+        `wait_for_connection` is false: then a channel that cannot connect fails it at once (a producer
+        with another broker to try)."""
         if self._closed:
             raise ClientClosedError(f"{rpc}: the client is closed")
         md = self._metadata()
-        self._check_reachable(rpc, Metadata.request_id_of(md))
+        waited = await self._connected(
+            rpc, Metadata.request_id_of(md), timeout if wait_for_connection else 0.0
+        )
+        timeout -= waited
         try:
             response = await getattr(self._stub, rpc)(request, timeout=timeout, metadata=md)
         except grpc.RpcError as exc:
@@ -340,7 +514,11 @@ class RpcClient:
         return response
 
     async def receive(
-        self, request: Any, timeout: float, on_message: Callable[[Any], None] | None = None
+        self,
+        request: Any,
+        timeout: float,
+        on_message: Callable[[Any], None] | None = None,
+        settings_synced: asyncio.Event | None = None,
     ) -> ReceiveResult:
         """Run one ReceiveMessage stream to completion (docs/protocol.md §6.4: clients act on completion).
 
@@ -353,6 +531,12 @@ class RpcClient:
         messages to the end costs several ms). Messages before any status are collected as usual. If
         the stream then fails, the error is raised as usual; the messages already handed over stay
         delivered (they are invisible on the broker either way).
+
+        A receive on a channel that is not connected waits for the connection (`_connected`) and then,
+        within the same budget, for `settings_synced`, set while this client's Telemetry stream to the
+        endpoint has its Settings answered: a restarted proxy refuses a receive from a client whose
+        Settings it has not got yet (INTERNAL_SERVER_ERROR, D14 in docs/interop-findings.md), and the
+        stream comes back on its own schedule, not with the channel.
         """
         if self._closed or self._receives_cancelled:
             raise ClientClosedError("ReceiveMessage: the client is closed")
@@ -361,7 +545,26 @@ class RpcClient:
         text = ""
         messages: list[Any] = []
         delivery: float | None = None
-        self._check_reachable("ReceiveMessage", Metadata.request_id_of(md))
+        poll = request.long_polling_timeout.seconds + request.long_polling_timeout.nanos / 1e9
+        budget = receive_connect_budget(poll, timeout)
+        reconnected = self._channel.get_state() is not _READY
+        waited = await self._connected("ReceiveMessage", Metadata.request_id_of(md), budget)
+        if reconnected and settings_synced is not None and not settings_synced.is_set() and budget > waited:
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            with contextlib.suppress(builtins.TimeoutError):  # then the server answers for itself
+                await asyncio.wait_for(settings_synced.wait(), budget - waited)
+            waited += loop.time() - started
+        if waited > 0:
+            # What the wait took comes out of the long poll, so that the server still answers an empty
+            # poll before the deadline (docs/protocol.md §6.2).
+            poll, timeout = receive_after_connect(poll, timeout, waited)
+            shortened = type(request)()
+            shortened.CopyFrom(request)
+            shortened.long_polling_timeout.FromNanoseconds(round(poll * 1e9))
+            request = shortened
+            if self._closed or self._receives_cancelled:
+                raise ClientClosedError("ReceiveMessage: the client is closed")
         call = self._stub.ReceiveMessage(request, timeout=timeout, metadata=md)
         self._receives.add(call)
         try:
@@ -419,4 +622,9 @@ class RpcClient:
         if self._closed:
             return
         self._closed = True
+        global _open_channels, _last_close
+        _open_channels = max(0, _open_channels - 1)  # an inherited client closed in a fork child
+        _last_close = time.monotonic()
+        if self._ready_watcher is not None:
+            self._ready_watcher.cancel()
         await self._channel.close(grace)

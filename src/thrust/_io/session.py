@@ -368,7 +368,7 @@ class ClientSession:
         ]
 
     def telemetry(self, endpoint: Endpoint) -> TelemetryStream | None:
-        """The telemetry stream of an established session (for tests and diagnostics)."""
+        """The telemetry stream of an established session (receives, tests and diagnostics)."""
         task = self._sessions.get(endpoint)
         if task is None or not task.done() or task.cancelled() or task.exception() is not None:
             return None
@@ -385,12 +385,14 @@ class ClientSession:
         timeout: float | None = None,
         ok: frozenset[int] = OK_ONLY,
         need_session: bool = True,
+        wait_for_connection: bool = True,
     ) -> Any:
         """Call unary `rpc` (its protocol name, e.g. "SendMessage") on `endpoint`.
 
-        Waits for the endpoint's session first (unless `need_session=False`, e.g. QueryRoute). Returns the
-        response; raises a ThrustError for transport failures and for a `status.code` not in `ok`.
-        `timeout` defaults to the effective request timeout.
+        Waits for the endpoint's session first (unless `need_session=False`, e.g. QueryRoute), and for
+        its channel's connection within `timeout` (unless `wait_for_connection=False`: `RpcClient.unary`).
+        Returns the response; raises a ThrustError for transport failures and for a `status.code` not in
+        `ok`. `timeout` defaults to the effective request timeout.
         """
         self._check_open()
         if need_session and not self.is_ready(endpoint):
@@ -399,7 +401,11 @@ class ClientSession:
         self._inflight += 1
         try:
             response = await client.unary(
-                rpc, request, self.settings.request_timeout if timeout is None else timeout, ok
+                rpc,
+                request,
+                self.settings.request_timeout if timeout is None else timeout,
+                ok,
+                wait_for_connection=wait_for_connection,
             )
         except (errors.ConnectionError, errors.TimeoutError) as exc:
             self._raise_if_closed(exc)
@@ -432,9 +438,12 @@ class ClientSession:
             # close() may have begun meanwhile; it cancels only the receives already in flight.
             self._check_open()
         client = self.rpc(endpoint)
+        stream = self.telemetry(endpoint)
         self._inflight += 1
         try:
-            result = await client.receive(request, timeout, on_message)
+            result = await client.receive(
+                request, timeout, on_message, None if stream is None else stream.synced
+            )
         except (errors.ConnectionError, errors.TimeoutError) as exc:
             self._raise_if_closed(exc)
             self._transport_failed(endpoint, client, exc)

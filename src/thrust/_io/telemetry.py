@@ -26,7 +26,7 @@ from thrust._core.endpoints import Endpoint
 from thrust._io.rpc import RpcClient, TelemetryCall
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as pb
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as spb
-from thrust.errors import ThrustError
+from thrust.errors import ThrustError, error_for_status
 
 __all__ = ["TelemetryHandler", "TelemetryStream", "thread_stack_dump"]
 
@@ -109,6 +109,9 @@ class TelemetryStream:
         self.settings_received: asyncio.Future[pb.Settings] = asyncio.get_running_loop().create_future()
         self.settings_received.add_done_callback(_retrieve)
         self.opened = 0  # how many times the stream was (re)opened, for tests and diagnostics
+        # Set while the current stream has had its Settings answered (the server holds them), cleared when
+        # it ends: receives after a reconnection wait for it (`RpcClient.receive`).
+        self.synced = asyncio.Event()
         self._task = spawn(self._run(), f"thrust-telemetry-{endpoint}")
 
     # -- writing ---------------------------------------------------------------------------------
@@ -177,6 +180,7 @@ class TelemetryStream:
             except ThrustError as exc:
                 error = exc
             finally:
+                self.synced.clear()
                 self._queue = None
                 self._call = None
                 if not queue.full():
@@ -212,6 +216,7 @@ class TelemetryStream:
                 )
                 return
             self._handler.on_settings(self.endpoint, command.settings)
+            self.synced.set()
             if not self.settings_received.done():
                 self.settings_received.set_result(command.settings)
         elif kind == "recover_orphaned_transaction_command":
@@ -239,6 +244,24 @@ class TelemetryStream:
             self.reconnect()
         elif kind is not None:
             logger.debug("telemetry to %s: ignoring %s", self.endpoint, kind)
+        elif command.HasField("status") and int(command.status.code) != Code.OK:
+            # A status and no command: the server refused what we wrote. The proxy answers a Telemetry
+            # command it cannot run (refused credentials first of all: ResponseBuilder.buildStatus maps
+            # AuthenticationException to UNAUTHORIZED) with `TelemetryCommand{status}` and then completes
+            # the stream (apache/rocketmq proxy/.../grpc/v2/GrpcMessagingApplication.telemetry,
+            # writeResponse), and the embedded server writes the same before it aborts the call. During
+            # the handshake that status is the answer: how the stream then ends (OK, or an abort that
+            # gRPC may report as INTERNAL) must not decide the error the client's start raises.
+            call = self._call
+            error = error_for_status(
+                int(command.status.code),
+                command.status.message,
+                request_id=None if call is None else call.request_id,
+            )
+            if not self.settings_received.done():
+                self.settings_received.set_exception(error)
+            else:
+                logger.info("telemetry to %s: the server refused a command: %s", self.endpoint, error)
 
     async def _verify(self, command: spb.VerifyMessageCommand) -> None:
         try:
