@@ -382,7 +382,9 @@ class _WireTap:
         original = rpc.RpcClient.receive
         calls = self.calls
 
-        async def receive(client: rpc.RpcClient, request: object, timeout: float, on_message=None):  # type: ignore[no-untyped-def]
+        async def receive(  # type: ignore[no-untyped-def]
+            client: rpc.RpcClient, request: object, timeout: float, on_message=None, *args, **kwargs
+        ):
             call: dict[str, object] = {
                 "asked": request.message_queue.broker.name,  # type: ignore[attr-defined]
                 "group": request.group.name,  # type: ignore[attr-defined]
@@ -403,7 +405,9 @@ class _WireTap:
                 on_message(m)
 
             try:
-                result = await original(client, request, timeout, tapped if on_message else None)
+                result = await original(
+                    client, request, timeout, tapped if on_message else None, *args, **kwargs
+                )
             except BaseException as exc:
                 call["outcome"] = type(exc).__name__
                 call["t1"] = time.monotonic()
