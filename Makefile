@@ -54,7 +54,7 @@ docs: $(STAMP)
 #    from the Maven Central jars, fetched once into ~/.cache/thrust/rocketmq; every pytest worker uses
 #    those two clusters. It fails at once, naming what to install, when Java 17+ or Maven is missing.
 #    Then, on the same clusters, the tests marked `realfaults` (tests/reliability/test_real_cluster.py:
-#    R1-R3 kill and restart the two-broker cluster's JVMs through `thrust cluster`'s control socket), alone,
+#    R1-R3 and R8 kill and restart the two-broker cluster's JVMs through `thrust cluster`'s control socket), alone,
 #    since nothing else may use a cluster whose proxy is down. Both run even if the first fails.
 # Between the two, the client suites (tests/client, tests/push) once more with every loop on uvloop
 # ($THRUST_TEST_LOOP, tests/conftest.py; issue 17 item 7), against the embedded server, without coverage:
