@@ -3,17 +3,17 @@ terminated or killed and restarted, the client's link black-holed or slowed, a t
 consumer joining and leaving. Nothing acknowledged may be lost.
 
 R4-R7 leave every JVM running: they use the session's two-broker cluster (`rocketmq2`) beside the other
-`real` tests of `make test`'s second phase. R1-R3 and R8 kill and restart JVMs (marker `realfaults`): `make
-test` runs them after that phase, on the same cluster, through the control socket of the `thrust cluster`
-process that owns its JVMs (`ClusterControl`); without one (`make faults`, or pytest by hand) the module
-starts its own `RocketMQCluster(mode="cluster")`. Every test gets fresh topics and groups. Each fault runs
-under the same load (`_Load`): a producer at a steady rate (one task per send, so a slow send never slows
-the rate), one PushConsumer group and one SimpleConsumer group, every send and delivery recorded in one
-history per group and judged by `thrust.reliability.history.check` (P1 lost = 0 for acknowledged sends, P2
-duplicates within the at-risk window, P3 every send within its bound, P4 recovery after the heal). Recovery
-times are taken from the recorded events (history timestamps), never from the sleeps of the test, and each
-test first proves that its fault happened (the JVM's exit status, a failed call, a proxy statistic), so a
-test whose fault never bit fails.
+`real` tests of `make test`'s second phase. R1-R3 and R8 kill and restart JVMs (marker `realfaults`), so
+`make test` runs them after that phase, on the same cluster, through the control socket of the
+`thrust cluster` process that owns its JVMs (`ClusterControl`); without one (`make faults`, or pytest by
+hand) the module starts its own `RocketMQCluster(mode="cluster")`. Every test gets fresh topics and groups.
+Each fault runs under the same load (`_Load`): a producer at a steady rate (one task per send, so a slow
+send never slows the rate), one PushConsumer group and one SimpleConsumer group, every send and delivery
+recorded in one history per group and judged by `thrust.reliability.history.check` (P1 lost = 0 for
+acknowledged sends, P2 duplicates within the at-risk window, P3 every send within its bound, P4 recovery
+after the heal). Recovery times are taken from the recorded events (history timestamps), never from the
+sleeps of the test, and each test first proves that its fault happened (the JVM's exit status, a failed
+call, a proxy statistic), so a test whose fault never bit fails.
 
 Recovery figures are printed (`-s` shows them) and collected in `docs/reliability.md`.
 """
