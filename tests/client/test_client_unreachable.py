@@ -63,12 +63,25 @@ async def _until(condition: Any, timeout: float, what: str) -> None:
         await asyncio.sleep(0.05)
 
 
+def _client_for_an_unused_port(name: str) -> tuple[RpcClient, int]:
+    """An RpcClient for a port nothing listens on (yet), and that port."""
+    port = _free_port()
+    endpoint = f"127.0.0.1:{port}"
+    config = thrust.ClientConfig(endpoint)
+    return RpcClient(parse_endpoint(endpoint), config, Metadata(config, name)), port
+
+
+async def _until_backing_off(channel: Any) -> None:
+    await _until(
+        lambda: channel.get_state() is grpc.ChannelConnectivity.TRANSIENT_FAILURE,
+        10.0,
+        "the channel never reached TRANSIENT_FAILURE",
+    )
+
+
 def test_no_grpc_call_while_the_channel_cannot_connect_and_it_comes_back_alone() -> None:
     async def scenario() -> None:
-        port = _free_port()
-        endpoint = f"127.0.0.1:{port}"
-        config = thrust.ClientConfig(endpoint)
-        client = RpcClient(parse_endpoint(endpoint), config, Metadata(config, "unreachable"))
+        client, port = _client_for_an_unused_port("unreachable")
         stub = _CountingStub(client._stub)
         client._stub = stub
         channel = client._channel
@@ -77,11 +90,7 @@ def test_no_grpc_call_while_the_channel_cannot_connect_and_it_comes_back_alone()
             # TRANSIENT_FAILURE.
             with pytest.raises(thrust.ConnectionError):
                 await client.unary("QueryRoute", s.QueryRouteRequest(), 0.5)
-            await _until(
-                lambda: channel.get_state() is grpc.ChannelConnectivity.TRANSIENT_FAILURE,
-                10.0,
-                "the channel never reached TRANSIENT_FAILURE",
-            )
+            await _until_backing_off(channel)
             for _ in range(5):
                 with pytest.raises(thrust.ConnectionError) as info:
                     await client.unary("SendMessage", s.SendMessageRequest(messages=[message("t")]), 0.2)
@@ -123,19 +132,12 @@ def test_no_grpc_call_while_the_channel_cannot_connect_and_it_comes_back_alone()
 
 def test_a_call_started_in_the_backoff_goes_through_when_the_server_comes_up() -> None:
     async def scenario() -> None:
-        port = _free_port()
-        endpoint = f"127.0.0.1:{port}"
-        config = thrust.ClientConfig(endpoint)
-        client = RpcClient(parse_endpoint(endpoint), config, Metadata(config, "backoff"))
+        client, port = _client_for_an_unused_port("backoff")
         channel = client._channel
         try:
             with pytest.raises(thrust.ConnectionError):
                 await client.unary("QueryRoute", s.QueryRouteRequest(), 0.2)
-            await _until(
-                lambda: channel.get_state() is grpc.ChannelConnectivity.TRANSIENT_FAILURE,
-                10.0,
-                "the channel never reached TRANSIENT_FAILURE",
-            )
+            await _until_backing_off(channel)
             # Started while the channel backs off; the server starts afterwards, within the call's deadline.
             call = asyncio.ensure_future(
                 client.unary("SendMessage", s.SendMessageRequest(messages=[message("t")]), 30.0)
@@ -158,19 +160,12 @@ def test_a_receive_after_a_reconnection_waits_for_its_settings_to_be_answered() 
     # receive that had to wait for the connection also waits, within its budget, for the session's
     # `synced` event. (The embedded server serves such a receive, so the event stands in for the stream.)
     async def scenario() -> None:
-        port = _free_port()
-        endpoint = f"127.0.0.1:{port}"
-        config = thrust.ClientConfig(endpoint)
-        client = RpcClient(parse_endpoint(endpoint), config, Metadata(config, "resync"))
+        client, port = _client_for_an_unused_port("resync")
         channel = client._channel
         try:
             with pytest.raises(thrust.ConnectionError):
                 await client.unary("QueryRoute", s.QueryRouteRequest(), 0.2)
-            await _until(
-                lambda: channel.get_state() is grpc.ChannelConnectivity.TRANSIENT_FAILURE,
-                10.0,
-                "the channel never reached TRANSIENT_FAILURE",
-            )
+            await _until_backing_off(channel)
             synced = asyncio.Event()
             async with embedded_server(topics=["t"], groups=["g"], port=port) as srv:
                 request = _receive_request()
