@@ -24,6 +24,7 @@ import asyncio
 import collections
 import contextlib
 import itertools
+import json
 import os
 import statistics
 import threading
@@ -37,6 +38,7 @@ import thrust
 from tests.engines import unique
 from tests.reliability._util import assert_report, body, pid_of, run
 from thrust._core.settings import receive_deadline
+from thrust.bench.java_driver import build_java_driver
 from thrust.cluster import ClusterControl, ClusterInfo, RemotingAdmin, RocketMQCluster, attach_from_env
 from thrust.cluster.process import wait_routable
 from thrust.errors import ConnectionError, ThrustError, TimeoutError
@@ -133,14 +135,74 @@ class _Names:
     topic: str
     push_group: str
     simple_group: str
+    java_group: str
 
 
-def _fresh(cluster: _Real, queues: int = 4, *, fifo: bool = False) -> _Names:
-    names = _Names(unique("rt"), unique("rpush"), unique("rsimple"))
+def _fresh(cluster: _Real, queues: int = 4, *, fifo: bool = False, java: bool = False) -> _Names:
+    names = _Names(unique("rt"), unique("rpush"), unique("rsimple"), unique("rjava"))
     cluster.create_topic(names.topic, "FIFO" if fifo else "NORMAL", queues=queues)
     cluster.create_group(names.push_group, fifo=fifo)
     cluster.create_group(names.simple_group, fifo=fifo)
+    if java:
+        cluster.create_group(names.java_group, fifo=fifo)
     return names
+
+
+class _JavaPushGroup:
+    """The official Java client's PushConsumer (rocketmq-client-java, `thrust.bench.java_driver`'s
+    `record` mode, default options) in a group of its own, recording what it consumes in `rec`: the same
+    fault, load and check as thrust's groups, to tell a loss of thrust's from one of the cluster's."""
+
+    def __init__(self, endpoint: str, group: str, topic: str, rec: HistoryRecorder) -> None:
+        self.endpoint, self.group, self.topic, self.rec = endpoint, group, topic, rec
+        self.started = asyncio.Event()
+        self.consumed = 0
+        self._proc: asyncio.subprocess.Process | None = None
+        self._reader: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> _JavaPushGroup:
+        command = await asyncio.to_thread(build_java_driver)
+        self._proc = await asyncio.create_subprocess_exec(
+            *command,
+            "mode=record",
+            f"endpoints={self.endpoint}",
+            f"group={self.group}",
+            f"topics={self.topic}",
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        self._reader = asyncio.create_task(self._read(), name="rt-java-reader")
+        await asyncio.wait_for(self.started.wait(), 120)
+        return self
+
+    async def _read(self) -> None:
+        assert self._proc is not None and self._proc.stdout is not None
+        async for line in self._proc.stdout:
+            if not line.startswith(b"{"):
+                continue  # the client's own log lines, if it prints any
+            event = json.loads(line)
+            if event["event"] == "m":
+                ref = self.rec.delivered(event["pid"], event["id"], attempt=event["attempt"], consumer="java")
+                self.rec.acked(ref)  # the listener returned SUCCESS: the client acks it
+                self.consumed += 1
+            elif event["event"] == "started":
+                self.started.set()
+
+    async def __aexit__(self, *exc: object) -> None:
+        proc = self._proc
+        if proc is None:
+            return
+        assert proc.stdin is not None
+        proc.stdin.close()
+        try:
+            await asyncio.wait_for(proc.wait(), 30)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+        if self._reader is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.wait_for(self._reader, 10)
 
 
 @dataclass
@@ -157,8 +219,11 @@ class _Load:
     tap: _WireTap | None = None
     # Concurrent receive loops of the SimpleConsumer: one keeps up with RATE, not with 500 msg/s.
     simple_loops: int = 1
+    # A third group consumed by the official Java client (`_JavaPushGroup`), recorded in `java_rec`.
+    java: bool = False
     push_rec: HistoryRecorder = field(default_factory=HistoryRecorder)
     simple_rec: HistoryRecorder = field(default_factory=HistoryRecorder)
+    java_rec: HistoryRecorder = field(default_factory=HistoryRecorder)
     # payload -> broker of its first delivery, per group ("push" / "simple")
     brokers: dict[str, dict[str, str]] = field(default_factory=lambda: {"push": {}, "simple": {}})
     send_errors: dict[str, int] = field(default_factory=dict)
@@ -188,6 +253,10 @@ class _Load:
         self.push = self.new_push()
         for client in (self.producer, self.simple, self.push):
             await self._stack.enter_async_context(client)
+        if self.java:
+            await self._stack.enter_async_context(
+                _JavaPushGroup(self.endpoint, self.names.java_group, t, self.java_rec)
+            )
         self._tasks = [
             asyncio.create_task(self._produce(), name="rt-produce"),
             *(asyncio.create_task(self._consume(), name="rt-simple") for _ in range(self.simple_loops)),
@@ -224,8 +293,15 @@ class _Load:
             next_at += 1.0 / self.rate
             await asyncio.sleep(max(0.0, next_at - time.monotonic()))
 
+    @property
+    def recs(self) -> tuple[HistoryRecorder, ...]:
+        """The history of each group under test."""
+        if self.java:
+            return (self.push_rec, self.simple_rec, self.java_rec)
+        return (self.push_rec, self.simple_rec)
+
     async def _send_one(self, pid: str) -> None:
-        ops = [(rec, rec.invoke(pid)) for rec in (self.push_rec, self.simple_rec)]
+        ops = [(rec, rec.invoke(pid)) for rec in self.recs]
         group = f"k{int(pid[1:]) % 64}" if self.fifo else None
         try:
             receipt = await self.producer.send(
@@ -276,12 +352,12 @@ class _Load:
         return len(batch)
 
     def fault(self, name: str) -> float:
-        for rec in (self.push_rec, self.simple_rec):
+        for rec in self.recs:
             rec.fault_started(name)
         return time.monotonic()
 
     def heal(self, name: str) -> float:
-        for rec in (self.push_rec, self.simple_rec):
+        for rec in self.recs:
             rec.fault_healed(name)
         return time.monotonic()
 
@@ -300,8 +376,7 @@ class _Load:
         return await self.until(
             lambda: (
                 any(i >= since for i, _ in _ok_times(self.push_rec))
-                and _delivered_since(self.push_rec, since)
-                and _delivered_since(self.simple_rec, since)
+                and all(_delivered_since(rec, since) for rec in self.recs)
             ),
             timeout,
         )
@@ -339,7 +414,7 @@ class _Load:
         start = time.monotonic()
         end = start + budget
         restarted = False
-        while time.monotonic() < end and (self.missing(self.push_rec) or self.missing(self.simple_rec)):
+        while time.monotonic() < end and any(self.missing(rec) for rec in self.recs):
             await asyncio.sleep(0.2)
             if (
                 not restarted
@@ -387,6 +462,7 @@ class _WireTap:
             call: dict[str, object] = {
                 "asked": request.message_queue.broker.name,  # type: ignore[attr-defined]
                 "group": request.group.name,  # type: ignore[attr-defined]
+                "requested": request.batch_size,  # type: ignore[attr-defined]
                 "t0": time.monotonic(),
             }
             seen: list[str] = []
@@ -422,6 +498,13 @@ class _WireTap:
             yield self
         finally:
             rpc.RpcClient.receive = original  # type: ignore[method-assign]
+
+    def describe(self, call: dict[str, object], t0: float) -> str:
+        t1 = float(call.get("t1", call["t0"]))  # type: ignore[arg-type]
+        return (
+            f"{call['group']} asked {call['asked']} {float(call['t0']) - t0:+.2f}s..{t1 - t0:+.2f}s "  # type: ignore[arg-type]
+            f"{call.get('outcome', 'running')}, {len(call['seen'])} of {call['requested']} messages"  # type: ignore[arg-type]
+        )
 
     def trace(self, pid: str, t0: float) -> str:
         """Where `pid` went: its send's offset, and every receive that carried it."""
@@ -727,13 +810,15 @@ def test_r8_broker_killed_at_a_high_rate_loses_nothing_acknowledged_without_rest
     queue."""
     fifo = kind == "fifo"
     rate = FIFO_RATE if fifo else HIGH_RATE
-    names = _fresh(faulty, fifo=fifo)
+    names = _fresh(faulty, fifo=fifo, java=True)
     jvms = faulty.jvms
     tap = _WireTap()
 
     async def scenario() -> None:
         with tap.installed():
-            async with _Load(faulty.endpoint, names, rate=rate, fifo=fifo, tap=tap, simple_loops=4) as load:
+            async with _Load(
+                faulty.endpoint, names, rate=rate, fifo=fifo, tap=tap, simple_loops=4, java=True
+            ) as load:
                 assert await load.flowing(), "the load never got going"
                 t0 = load.fault("load")
                 load.heal("load")
@@ -751,13 +836,20 @@ def test_r8_broker_killed_at_a_high_rate_loses_nothing_acknowledged_without_rest
         assert status == -9, status
         assert push_stats.queues_dropped >= 1, "the push consumer never dropped broker-b's queue"
         lost = {}
-        for name, rec in (("push", load.push_rec), ("simple", load.simple_rec)):
+        for name, rec in (("push", load.push_rec), ("simple", load.simple_rec), ("java", load.java_rec)):
             report = check(rec, require_ack=False, copies_per_send=3, examples=20)
             print(f"[{name}] {report.summary}")
             lost[name] = report.lost
             assert report.sends_ok > 0, report.summary
             for pid in report.lost_examples:
                 print(f"[{name}] lost {tap.trace(pid, t0)}")
+            if report.lost:
+                # Where the wire did not carry them: this group's receives that did not end with an answer.
+                print(f"[{name}] lost ones sent at {_when(rec, report.lost_examples)}")
+                group = getattr(names, f"{name}_group")
+                for c in tap.calls:
+                    if c["group"] == group and c.get("outcome") != "ok":
+                        print(f"[{name}] receive not ok: {tap.describe(c, t0)}")
             # What made the drain long: payloads first delivered more than 30 s into it.
             firsts: dict[str, float] = {}
             for e in rec.snapshot().events:

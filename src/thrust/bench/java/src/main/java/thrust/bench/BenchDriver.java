@@ -6,7 +6,11 @@
  *
  * Arguments are key=value pairs: mode (consume | produce), endpoints, and
  * - consume: group, topics (comma-separated), threads, warmup (s), window (s), first_timeout (s);
- * - produce: topic, size (bytes), in_flight, warmup (s), window (s).
+ * - produce: topic, size (bytes), in_flight, warmup (s), window (s);
+ * - record: group, topics, threads: a push consumer that prints each message it consumes as an `m` line
+ *   (`pid`, the body up to its first '|', as thrust.reliability.history's payload ids; `id`; `attempt`) and
+ *   returns SUCCESS, until its standard input closes; then it closes the consumer and prints `closed`.
+ *   The reliability suite uses it to put the Java client through the same fault as thrust.
  *
  * It prints JSON lines on stdout, the shape src/thrust/bench/official_driver.py prints: `started`,
  * `window_start` and `window_end`, each with `cpu`, this process's CPU seconds (every thread, the JIT and
@@ -18,6 +22,7 @@
 package thrust.bench;
 
 import java.lang.management.ManagementFactory;
+import java.nio.ByteBuffer;
 import java.util.Arrays;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
@@ -68,8 +73,11 @@ public final class BenchDriver {
             .setEndpoints(cfg.get("endpoints"))
             .enableSsl(false)
             .build();
-        if ("produce".equals(cfg.getOrDefault("mode", "consume"))) {
+        String mode = cfg.getOrDefault("mode", "consume");
+        if ("produce".equals(mode)) {
             produce(cfg, config);
+        } else if ("record".equals(mode)) {
+            record(cfg, config);
         } else {
             consume(cfg, config);
         }
@@ -128,6 +136,42 @@ public final class BenchDriver {
         per.append('}');
         emit("window_end", "\"seconds\":" + seconds + ",\"consumed\":" + (n1 - n0) + ",\"per_topic\":" + per
             + ",\"peak\":" + peak.get() + ",\"cpu\":" + cpu1 + ",\"total\":" + n1 + ",\"timer_p99_ms\":null");
+    }
+
+    static String payloadId(ByteBuffer body) {
+        StringBuilder pid = new StringBuilder();
+        for (int i = body.position(); i < body.limit() && pid.length() < 64; i++) {
+            byte b = body.get(i);
+            if (b == '|') {
+                break;
+            }
+            pid.append((char) b);
+        }
+        return pid.toString();
+    }
+
+    static void record(Map<String, String> cfg, ClientConfiguration config) throws Exception {
+        Map<String, FilterExpression> subscriptions = new HashMap<>();
+        for (String topic : cfg.get("topics").split(",")) {
+            subscriptions.put(topic, new FilterExpression("*", FilterExpressionType.TAG));
+        }
+        PushConsumer consumer = ClientServiceProvider.loadService().newPushConsumerBuilder()
+            .setClientConfiguration(config)
+            .setConsumerGroup(cfg.get("group"))
+            .setSubscriptionExpressions(subscriptions)
+            .setConsumptionThreadCount(Integer.parseInt(cfg.getOrDefault("threads", "20")))
+            .setMessageListener(view -> {
+                emit("m", "\"pid\":\"" + payloadId(view.getBody()) + "\",\"id\":\"" + view.getMessageId()
+                    + "\",\"attempt\":" + view.getDeliveryAttempt());
+                return ConsumeResult.SUCCESS;
+            })
+            .build();
+        emit("started", "");
+        while (System.in.read() != -1) {
+            // The parent closes our standard input to stop us; what it writes is ignored.
+        }
+        consumer.close();
+        emit("closed", "");
     }
 
     static void produce(Map<String, String> cfg, ClientConfiguration config) throws Exception {
