@@ -47,6 +47,10 @@ class ThrustError(Exception):
     """
 
     default_retriable: bool = False
+    # Set by `RpcClient.receive` on a ReceiveMessage stream that failed after the server's OK status: the
+    # server had taken a batch for it, and what did not arrive may be held for this client (push
+    # consumers: `ClientSession.release_held`). Not part of the public API.
+    _after_ok: bool = False
 
     def __init__(
         self,

@@ -582,7 +582,9 @@ class RpcClient:
                     ts = response.delivery_timestamp
                     delivery = ts.seconds + ts.nanos / 1e9
         except grpc.RpcError as exc:
-            raise translate_grpc_error(exc, Metadata.request_id_of(md), "ReceiveMessage") from None
+            error = translate_grpc_error(exc, Metadata.request_id_of(md), "ReceiveMessage")
+            error._after_ok = code == Code.OK
+            raise error from None
         except asyncio.CancelledError:
             call.cancel()
             if _task_cancelled():

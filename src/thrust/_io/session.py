@@ -65,6 +65,11 @@ SETTINGS_WAIT_EXTRA = 3.0
 # replaced channel never count against its successor.
 TRANSPORT_FAILURES_TO_RECOVER = 2
 TRANSPORT_RECOVERY_COOLDOWN = 5.0
+# `release_held` unregisters and registers a consumer again at most this often per endpoint: every
+# release also returns the messages the consumer is working on (they come again), so a burst of broken
+# receives costs one release, not one each.
+RELEASE_HELD_COOLDOWN = 10.0
+RELEASE_HELD_BACKOFF = 1.0  # first retry of a release that failed; doubles up to the cooldown
 
 
 class EndpointSession:
@@ -150,6 +155,10 @@ class ClientSession:
         self._intervals = (heartbeat_interval, settings_sync_interval, route_refresh_interval)
         self._rpcs: dict[Endpoint, RpcClient] = {}
         self._recovered_at: dict[Endpoint, float] = {}
+        self._released_at: dict[Endpoint, float] = {}
+        self._releases: dict[Endpoint, asyncio.Task[None]] = {}
+        self._release_pending: set[Endpoint] = set()
+        self.held_releases = 0  # times `release_held` re-registered this client (diagnostics, tests)
         self.transport_recoveries = 0  # channels replaced after transport failures (diagnostics, tests)
         self._sessions: dict[Endpoint, asyncio.Task[EndpointSession]] = {}
         self.routes = RouteCache(route_refresh_interval)
@@ -293,6 +302,68 @@ class ClientSession:
         stream = self.telemetry(endpoint)
         if stream is not None:
             stream.reconnect()
+
+    def release_held(self, endpoint: Endpoint) -> None:
+        """Make `endpoint` let go of the messages it holds for this consumer, in the background.
+
+        For a push consumer (receives with `auto_renew`) the proxy registers the receipt handle of every
+        message it pops for a receive before it writes them, and renews them for as long as this client is
+        registered in the group (proxy `ReceiveMessageActivity`, `DefaultReceiptHandleManager`). A receive
+        stream that breaks after the server's OK status, at its deadline or with its connection, leaves
+        the rest of its batch popped for us and never seen: renewed, it is neither redelivered to us nor
+        to anyone else while we live. What releases it is the group's unregistration
+        (`DefaultReceiptHandleManager`'s CLIENT_UNREGISTER listener clears the handles of this client and
+        group with `invisibleTimeMillisWhenClear`, 1 s): so NotifyClientTermination for the group, then
+        the Settings again on the Telemetry stream, which registers the consumer anew
+        (`ClientActivity.processAndWriteClientSettings`). The messages we were still working on are
+        released too and come again (duplicates, at-least-once); their acks may be refused as invalid.
+
+        Requests coalesce: one release runs at a time per endpoint, at most once per
+        `RELEASE_HELD_COOLDOWN`, and a request made meanwhile is served by the next one rather than
+        dropped (its batch may have been registered after the last release). A release that fails (the
+        connection that broke the stream is often the one it goes out on) is retried with backoff until
+        it succeeds or the client closes."""
+        if self._closing or self._group_resource is None:
+            return
+        self._release_pending.add(endpoint)
+        if endpoint not in self._releases:
+            task = self.spawn(self._release_held(endpoint), name=f"thrust-release-{endpoint}")
+            self._releases[endpoint] = task
+            task.add_done_callback(lambda t, ep=endpoint: self._releases.pop(ep, None))  # type: ignore[misc]
+
+    async def _release_held(self, endpoint: Endpoint) -> None:
+        assert self._group_resource is not None
+        request = spb.NotifyClientTerminationRequest(group=self._group_resource)
+        backoff = RELEASE_HELD_BACKOFF
+        while endpoint in self._release_pending and not self._closing:
+            last = self._released_at.get(endpoint)
+            if last is not None:
+                await asyncio.sleep(max(0.0, last + RELEASE_HELD_COOLDOWN - time.monotonic()))
+            self._release_pending.discard(endpoint)
+            try:
+                await self.call(endpoint, "NotifyClientTermination", request, need_session=False)
+            except ThrustError as exc:
+                if not exc.retriable:
+                    # e.g. UNRECOGNIZED_CLIENT_TYPE: the server has no registration of ours, so it renews
+                    # nothing for us either.
+                    logger.info("releasing what %s holds for us: nothing to release (%s)", endpoint, exc)
+                    continue
+                logger.warning("releasing what %s holds for us failed, retrying: %s", endpoint, exc)
+                self._release_pending.add(endpoint)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, RELEASE_HELD_COOLDOWN)
+                continue
+            backoff = RELEASE_HELD_BACKOFF
+            self._released_at[endpoint] = time.monotonic()
+            self.held_releases += 1
+            stream = self.telemetry(endpoint)
+            if stream is not None and not stream.sync_settings():
+                stream.reconnect()  # a new stream starts with the Settings
+            logger.warning(
+                "a receive from %s broke after the server took a batch for it: re-registered so that the "
+                "server releases what it held for this consumer (those messages come again)",
+                endpoint,
+            )
 
     def session_task(self, endpoint: Endpoint) -> asyncio.Task[EndpointSession]:
         """The task that opens (or opened) the session with `endpoint`; created by the first caller."""

@@ -109,6 +109,10 @@ class Receiving(Results):
         except ThrustError as exc:
             self._counters["receive_failures"] += 1
             self._last_receive_error = exc
+            if exc._after_ok and not self._closing:
+                # The server took a batch for this receive and we did not get all of it: what is missing
+                # is renewed for us by the proxy until we re-register (`ClientSession.release_held`).
+                session.release_held(q.endpoint)
             if not self._closing and not q.pq.dropped:
                 # A failure no retry cures (a refused subscription, a missing permission) fails every
                 # receive of the queue: say so, so that the consumer does not look idle.

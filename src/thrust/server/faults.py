@@ -143,6 +143,8 @@ class Stats:
         receives: the last `RECENT_RECEIVES` ReceiveMessage calls, oldest first, with their `attempt_id`
             (F14, docs/reliability.md §3: a retried receive should reuse the attempt id of the one that
             failed).
+        stalled_streams: ReceiveMessage calls that wrote part of their batch and then stalled
+            (`Faults.stall_stream_next`).
         held_pops: ReceiveMessage calls that popped messages and then held their answer
             (`Faults.hold_popped_next`); a test waits on it to know the messages are popped and unwritten.
     """
@@ -155,6 +157,7 @@ class Stats:
     latency: dict[tuple[int, str], float] = field(default_factory=dict)
     receives: deque[ReceiveCall] = field(default_factory=_recent_receives)
     held_pops: int = 0
+    stalled_streams: int = 0
 
     def record_receive(self, broker: int, group: str, topic: str, attempt_id: str | None) -> None:
         """Remember one ReceiveMessage call (bounded: the oldest beyond `RECENT_RECEIVES` is dropped)."""
@@ -175,6 +178,7 @@ class Stats:
         self.latency.clear()
         self.receives.clear()
         self.held_pops = 0
+        self.stalled_streams = 0
 
 
 _ACK_ATTEMPTS_LIMIT: Final = 1 << 20  # bound on remembered per-message ack attempts
@@ -200,6 +204,7 @@ class Faults:
         self._assignments: dict[tuple[str, str], tuple[tuple[int, int], ...]] = {}
         # [seconds, calls left] of `hold_popped_next`.
         self._hold_popped: list[float] = []
+        self._stall_after: list[int] = []  # [messages written before the stall, calls left]
         self._permissions: dict[str, tuple[bool, bool]] = {}
         self._active = False
         self.stats = Stats()
@@ -319,6 +324,30 @@ class Faults:
         self.stats.held_pops += 1
         return seconds
 
+    def stall_stream_next(self, after: int, count: int = 1) -> None:
+        """The next `count` ReceiveMessage calls that pop more than `after` messages write their OK status
+        and their first `after` messages, then write nothing more until the client gives up on the call
+        (its deadline): a stream stalled in transit after the server took its whole batch. The rest of the
+        batch stays popped for that client, auto-renewed ones for as long as it stays registered, as the
+        real proxy's receipt handles are (`ReceiveMessageActivity` registers them before
+        `ReceiveMessageResponseStreamWriter` writes the stream; docs/reliability.md, bug 12)."""
+        if after < 0:
+            raise ValueError(f"need after >= 0, got {after}")
+        self._stall_after = [int(after), int(count)] if count > 0 else []
+
+    def stream_stall(self, popped: int) -> int | None:
+        """Called by ReceiveMessage with how many messages it popped: after how many of them to stall
+        the stream, or None to write them all."""
+        stall = self._stall_after
+        if not stall or popped <= stall[0]:
+            return None
+        stall[1] -= 1
+        after = stall[0]
+        if stall[1] <= 0:
+            self._stall_after = []
+        self.stats.stalled_streams += 1
+        return after
+
     def expire_receipt_handles(self, *handles: str) -> None:
         """Ack / ChangeInvisibleDuration / ForwardToDLQ with these handles answer INVALID_RECEIPT_HANDLE."""
         self._expired_handles.update(handles)
@@ -401,6 +430,7 @@ class Faults:
         self._ack_code = None
         self._ack_attempts.clear()
         self._hold_popped = []
+        self._stall_after = []
         self._refresh()
 
     def _add_rule(self, rpc: Rpc | str, rule: _Rule) -> None:

@@ -85,8 +85,12 @@ class ConsumerRpcs(ServicerBase):
                 await self._server.hold(context)
         if status is None:
             if deliveries:
+                stall = self._faults.stream_stall(len(deliveries))
                 yield s.ReceiveMessageResponse(status=_STATUS_OK)
-                for delivery in deliveries:
+                for i, delivery in enumerate(deliveries):
+                    if i == stall:
+                        await self._server.hold(context)
+                        return
                     response = s.ReceiveMessageResponse()
                     delivery_pb(delivery, response.message)
                     yield response
