@@ -833,6 +833,7 @@ def test_r8_broker_killed_at_a_high_rate_loses_nothing_acknowledged_without_rest
                 await load.finish(budget=R8_DRAIN, restart_push_after=None)
                 drained = time.monotonic() - drain_from
                 push_stats = load.push.stats()
+                releases = load.push.session.held_releases
         assert status == -9, status
         assert push_stats.queues_dropped >= 1, "the push consumer never dropped broker-b's queue"
         lost = {}
@@ -866,6 +867,7 @@ def test_r8_broker_killed_at_a_high_rate_loses_nothing_acknowledged_without_rest
             drain=drained,
             sends_ok=len(_ok_times(load.push_rec)),
             queues_dropped=push_stats.queues_dropped,
+            held_releases=releases,
             push=(
                 f"received {push_stats.received} consumed {push_stats.consumed} acked {push_stats.acked} "
                 f"cached {push_stats.cached_messages} acks_pending {push_stats.acks_pending} "
