@@ -11,7 +11,6 @@ import asyncio
 import json
 import os
 from collections import Counter
-from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -103,15 +102,6 @@ async def run_driver(
             events.append({"event": "stdout", "line": line})
     log = await asyncio.to_thread(_read_log, home)
     return DriverRun(name, events, proc.returncode, err.decode("utf-8", "replace"), log, timed_out, stdout)
-
-
-def run(coro: Coroutine[Any, Any, T], timeout: float) -> T:
-    """Run one test scenario on a fresh event loop, bounded by `timeout` seconds."""
-
-    async def bounded() -> T:
-        return await asyncio.wait_for(coro, timeout)
-
-    return asyncio.run(bounded())
 
 
 def once_each(ids: list[str]) -> dict[str, int]:
