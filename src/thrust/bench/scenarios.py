@@ -726,7 +726,7 @@ async def _sc4_official(ctx: Context) -> dict[str, float]:
 # ---------------------------------------------------------------------------------------------------
 # scenario 3: healthy sends while a new broker's Telemetry settings answer takes 3 s
 
-_SC3_SLOW = 3.0  # seconds the new broker holds its Telemetry settings reply (as in #1445)
+_SC3_SLOW = 3.0  # seconds the new broker holds its Telemetry settings reply (as in rocketmq-clients#1445)
 _SC3_SENDERS = 8
 
 
