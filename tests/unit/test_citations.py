@@ -73,7 +73,7 @@ HISTORY_EXEMPT = ("docs/history.md", "CHANGELOG.md")
 HISTORY_SCOPE = ("src/", "docs/")
 HISTORY: list[tuple[re.Pattern[str], str]] = [
     (
-        re.compile(r"\bissues?\s+#?\d+\b|(?<![\w/&-])#\d+\b", re.IGNORECASE),
+        re.compile(r"\bissues?[\s-]*#?\d+\b|(?<![\w/&-])#\d+\b", re.IGNORECASE),
         "a work item ('issue N', '#N'): say what is, or name the upstream repository (owner/repo#N)",
     ),
     (
@@ -267,6 +267,7 @@ def test_the_checker_catches_each_kind() -> None:
         "--json /tmp/benchrun/final.json",
         "# the loop choice (issue 17, item 7)",
         "# the half-open TCP of ISSUE #1309",
+        "in the issue-17 tables on the embedded server",
         "# as measured in the previous session",
         "def test_seed1_acks_are_batched() -> None:",
     ]
