@@ -17,6 +17,9 @@ from typing import Any, TypeVar
 
 from tests.official_client import ensure_venv
 
+# Re-exported: the interop tests import it from here (tests/support.py has the one definition).
+from tests.support import run as run
+
 DRIVERS = Path(__file__).resolve().parent / "drivers"
 T = TypeVar("T")
 
