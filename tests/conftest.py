@@ -10,7 +10,7 @@ does), read from $THRUST_ROCKETMQ; without it, this session starts its own, once
 
 $THRUST_TEST_LOOP=uvloop runs every loop the tests make (`asyncio.run`, the sync client's and the
 embedded server's loop threads) on uvloop, through the event loop policy; `make pytest` runs the client
-suites so once (issue 17, item 7). tests/client/test_loop_choice.py checks that it takes effect.
+suites so once (docs/benchmarks.md, "uvloop"). tests/client/test_loop_choice.py checks that it takes effect.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`thrust bench` and `thrust perf` against any server (issue 17): the server options and their
+"""`thrust bench` and `thrust perf` against any server: the server options and their
 refusals, message sizes, the raw and Java columns, and CPU per message. Runs are short; no speed
 thresholds, only that every row was measured."""
 

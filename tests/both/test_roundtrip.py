@@ -30,7 +30,7 @@ async def dead_letter_consumer(
 
     The broker creates that topic with the first dead letter, and the real proxy dead-letters a message
     only when a receive of its group pops it after its last attempt (apache/rocketmq proxy
-    `PopMessageResultFilterImpl`, TO_DLQ; docs/interop-findings.md F2). The broker's revive makes a
+    `PopMessageResultFilterImpl`, TO_DLQ; docs/interop-findings.md I2). The broker's revive makes a
     message visible again a few seconds after its invisible time, sometimes later than one long poll.
     So while the route is missing, `group_consumer` (when given) keeps receiving, and must get nothing:
     a single receive could end before the message came back, and then nothing would dead-letter it."""

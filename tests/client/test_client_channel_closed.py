@@ -14,6 +14,7 @@ import pytest
 import thrust
 from tests.client._util import run
 from tests.server._wire import message
+from tests.support import until
 from thrust._core.endpoints import parse_endpoint
 from thrust._io.metadata import Metadata
 from thrust._io.rpc import RpcClient
@@ -46,7 +47,10 @@ def test_calls_in_flight_on_a_closed_channel_raise_connection_error() -> None:
                 client.unary("SendMessage", s.SendMessageRequest(messages=[message("t")]), 10.0)
             )
             receive = asyncio.create_task(client.receive(_receive_request(), 10.0))
-            await asyncio.sleep(0.5)  # both in flight: the send in its delay, the receive in its long poll
+            # both in flight: the send in its delay, the receive in its long poll
+            await until(
+                lambda: srv.stats.calls["SendMessage"] >= 1 and srv.stats.calls["ReceiveMessage"] >= 1
+            )
             await client.close(0.1)
             # Ended by the close, not waited out: left alone, the send would succeed after its 5 s delay
             # and the receive would return MESSAGE_NOT_FOUND after its 5 s poll, neither raising.

@@ -17,6 +17,7 @@ import thrust
 import thrust.sync
 from tests.client._util import run
 from tests.engines import EmbeddedInThread
+from tests.support import until
 from thrust._codec.status import Code
 from thrust.server.faults import Rpc
 from thrust.server.service import EmbeddedServer
@@ -193,7 +194,7 @@ def test_send_waits_while_the_pending_bound_is_reached() -> None:
             srv.faults.add_latency(Rpc.SEND_MESSAGE, 0.2)
             first = [await p.send_async(thrust.Message(topic="t", body=b"%d" % i)) for i in range(4)]
             fifth = asyncio.ensure_future(p.send_async(thrust.Message(topic="t", body=b"4")))
-            await asyncio.sleep(0.05)
+            await until(lambda: srv.stats.calls["SendMessage"] >= 1)  # the first batch is at the server
             linger = p._linger
             assert linger is not None
             assert not fifth.done() and linger.acc.pending == 4  # waits for room: nothing more accepted
@@ -211,7 +212,7 @@ def test_a_cancelled_send_is_withdrawn_and_the_rest_of_its_batch_is_sent() -> No
         async with embedded_server(topics=["t"]) as srv, producer(srv, "t", batch_linger=60.0) as p:
             tasks = [asyncio.ensure_future(p.send(message(i))) for i in range(5)]
             held = await p.send_async(thrust.Message(topic="t", body=b"held"))
-            await asyncio.sleep(0.01)  # all six wait in one open batch (60 s linger)
+            await until(lambda: p._linger.acc.pending == 6)  # all six wait in one open batch (60 s linger)
             tasks[2].cancel()
             held.cancel()
             with pytest.raises(asyncio.CancelledError):
@@ -232,7 +233,7 @@ def test_a_send_cancelled_in_flight_leaves_the_other_receipts_alone() -> None:
         async with embedded_server(topics=["t"]) as srv, producer(srv, "t", batch_linger=0.0) as p:
             srv.faults.add_latency(Rpc.SEND_MESSAGE, 0.2)
             tasks = [asyncio.ensure_future(p.send(message(i))) for i in range(4)]
-            await asyncio.sleep(0.05)  # the batch is at the server
+            await until(lambda: srv.stats.calls["SendMessage"] >= 1)  # the batch is at the server
             tasks[0].cancel()
             receipts = await asyncio.gather(*tasks[1:])
             assert tasks[0].cancelled()
@@ -268,7 +269,8 @@ def test_close_is_bounded_and_fails_what_was_not_answered_with_a_typed_error() -
             await p.start()
             srv.faults.drop_next(Rpc.SEND_MESSAGE, 10, process=False)
             futures = [await p.send_async(thrust.Message(topic="t", body=b"%d" % i)) for i in range(6)]
-            await asyncio.sleep(0.05)  # the first batch is in flight, two more wait for the slot
+            # the first batch is in flight, two more wait for the slot
+            await until(lambda: srv.stats.calls["SendMessage"] >= 1)
             await p.close(timeout=0.5)
             for f in futures:
                 with pytest.raises(thrust.ClientClosedError):

@@ -7,13 +7,13 @@ through, a client presenting none, or one from another CA, fails the handshake w
 
 from __future__ import annotations
 
-import datetime
 from pathlib import Path
 
 import pytest
 
 import thrust
 from tests.client._util import receive_n, run
+from tests.support import CertificateAuthority
 from thrust.cli.main import build_parser
 from thrust.cli.serve import _config
 from thrust.server.app import ServerConfig
@@ -21,67 +21,6 @@ from thrust.server.service import EmbeddedServer
 from thrust.testing import embedded_server
 
 SERVER_NAME = "thrust.test"
-
-
-class _Ca:
-    """A throwaway certificate authority that signs server and client certificates."""
-
-    def __init__(self, name: str) -> None:
-        from cryptography import x509
-        from cryptography.hazmat.primitives import hashes
-        from cryptography.hazmat.primitives.asymmetric import ec
-        from cryptography.x509.oid import NameOID
-
-        self.key = ec.generate_private_key(ec.SECP256R1())
-        self.name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
-        now = datetime.datetime.now(datetime.UTC)
-        self.cert = (
-            x509.CertificateBuilder()
-            .subject_name(self.name)
-            .issuer_name(self.name)
-            .public_key(self.key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .sign(self.key, hashes.SHA256())
-        )
-
-    @property
-    def pem(self) -> bytes:
-        from cryptography.hazmat.primitives import serialization
-
-        return self.cert.public_bytes(serialization.Encoding.PEM)
-
-    def issue(self, common_name: str, *, client: bool) -> tuple[bytes, bytes]:
-        """(certificate PEM, private key PEM) for a server (SAN `thrust.test`) or a client."""
-        from cryptography import x509
-        from cryptography.hazmat.primitives import hashes, serialization
-        from cryptography.hazmat.primitives.asymmetric import ec
-        from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-        key = ec.generate_private_key(ec.SECP256R1())
-        now = datetime.datetime.now(datetime.UTC)
-        usage = ExtendedKeyUsageOID.CLIENT_AUTH if client else ExtendedKeyUsageOID.SERVER_AUTH
-        builder = (
-            x509.CertificateBuilder()
-            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
-            .issuer_name(self.name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))
-            .not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-        )
-        if not client:
-            builder = builder.add_extension(
-                x509.SubjectAlternativeName([x509.DNSName(SERVER_NAME)]), critical=False
-            )
-        cert = builder.sign(self.key, hashes.SHA256())
-        key_pem = key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-        return cert.public_bytes(serialization.Encoding.PEM), key_pem
 
 
 def _write(folder: Path, name: str, data: bytes) -> str:
@@ -93,10 +32,10 @@ def _write(folder: Path, name: str, data: bytes) -> str:
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
     folder = tmp_path_factory.mktemp("mtls")
-    ca, stranger = _Ca("thrust-test-ca"), _Ca("another-ca")
-    server_cert, server_key = ca.issue("thrust-server", client=False)
-    client_cert, client_key = ca.issue("thrust-client", client=True)
-    foreign_cert, foreign_key = stranger.issue("thrust-client", client=True)
+    ca, stranger = CertificateAuthority("thrust-test-ca"), CertificateAuthority("another-ca")
+    server_cert, server_key = ca.issue("thrust-server", client=False, server_name=SERVER_NAME)
+    client_cert, client_key = ca.issue("thrust-client", client=True, server_name=SERVER_NAME)
+    foreign_cert, foreign_key = stranger.issue("thrust-client", client=True, server_name=SERVER_NAME)
     return {
         "ca": ca.pem,
         "server": (server_cert, server_key),

@@ -2,24 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
 from typing import Any
 
 import thrust
 from tests.client._util import run
+from tests.support import until
 from thrust.testing import embedded_server
 
 
 def _server_streams(srv: Any, client_id: str) -> int:
     return len(srv._sessions.get(client_id, ()))
-
-
-async def _until(pred: Any, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, "condition not reached"
-        await asyncio.sleep(0.02)
 
 
 def drop_second_broker(srv: Any) -> None:
@@ -34,7 +26,7 @@ def test_session_of_a_broker_that_left_every_route_is_closed() -> None:
             async with thrust.Producer(endpoints=srv.endpoints[0], topics=["t"]) as p:
                 session = p.session
                 cid = session.client_id
-                await _until(lambda: len(session.open_sessions()) == 2 and _server_streams(srv, cid) == 2)
+                await until(lambda: len(session.open_sessions()) == 2 and _server_streams(srv, cid) == 2)
                 changes: list[tuple[str, int]] = []
                 session.add_route_listener(lambda topic, route: changes.append((topic, len(route.endpoints))))
                 [first, second] = sorted(session.open_sessions(), key=lambda ep: ep.target)
@@ -47,7 +39,7 @@ def test_session_of_a_broker_that_left_every_route_is_closed() -> None:
                 assert changes == [("t", 1)]
                 assert session.open_sessions() == [first]
                 # The broker's telemetry stream ends, on both sides.
-                await _until(lambda: stream._closed and _server_streams(srv, cid) == 1)
+                await until(lambda: stream._closed and _server_streams(srv, cid) == 1)
                 receipts = [await p.send(thrust.Message(topic="t", body=b"x")) for _ in range(4)]
                 assert len(receipts) == 4
                 assert session.open_sessions() == [first]

@@ -11,13 +11,13 @@ for that (`thrust._core.settings.receive_connect_budget`).
 from __future__ import annotations
 
 import asyncio
-import time
 
 import grpc
 import pytest
 
 import thrust
 from tests.client._util import run
+from tests.support import until
 from thrust._core.endpoints import parse_endpoint
 from thrust.testing import ServerProcess
 
@@ -26,13 +26,6 @@ _TF = grpc.ChannelConnectivity.TRANSIENT_FAILURE
 
 def _state(client: thrust.SimpleConsumer | thrust.Producer, endpoint: str) -> grpc.ChannelConnectivity:
     return client._session.rpc(parse_endpoint(endpoint))._channel.get_state()  # type: ignore[union-attr]
-
-
-async def _until(condition: object, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():  # type: ignore[operator]
-        assert time.monotonic() < deadline, what
-        await asyncio.sleep(0.02)
 
 
 @pytest.mark.slow
@@ -55,7 +48,7 @@ def test_receive_and_send_after_restart_wait_for_a_channel_in_reconnect_backoff(
                 # have reconnected by then, and the cycle is repeated).
                 for cycle in range(3):
                     proc.kill()
-                    await _until(lambda: _state(consumer, ep) is _TF, 20.0, "the channel never failed")
+                    await until(lambda: _state(consumer, ep) is _TF, 20.0, "the channel never failed")
                     # Stay down long enough for failed reconnect attempts to grow the backoff (1 s, 1.6 s,
                     # 2.6 s, ... up to 5 s), so that the channel is still backing off after the restart.
                     await asyncio.sleep(4.0)

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-import time
 from typing import Any
 
 import grpc
@@ -25,6 +24,7 @@ import thrust
 from tests.client._util import run
 from tests.client.test_client_channel_closed import _receive_request
 from tests.server._wire import message
+from tests.support import until
 from thrust._core.endpoints import parse_endpoint
 from thrust._io.metadata import Metadata
 from thrust._io.rpc import RpcClient
@@ -56,13 +56,6 @@ def _free_port() -> int:
         return port
 
 
-async def _until(condition: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, what
-        await asyncio.sleep(0.05)
-
-
 def _client_for_an_unused_port(name: str) -> tuple[RpcClient, int]:
     """An RpcClient for a port nothing listens on (yet), and that port."""
     port = _free_port()
@@ -72,7 +65,7 @@ def _client_for_an_unused_port(name: str) -> tuple[RpcClient, int]:
 
 
 async def _until_backing_off(channel: Any) -> None:
-    await _until(
+    await until(
         lambda: channel.get_state() is grpc.ChannelConnectivity.TRANSIENT_FAILURE,
         10.0,
         "the channel never reached TRANSIENT_FAILURE",
@@ -113,7 +106,7 @@ def test_no_grpc_call_while_the_channel_cannot_connect_and_it_comes_back_alone()
             # The server comes up; with no call made, the channel reconnects on its own (its backoff is
             # at most 5 s), and the next call goes through.
             async with embedded_server(topics=["t"], groups=["g"], port=port) as srv:
-                await _until(
+                await until(
                     lambda: channel.get_state() is grpc.ChannelConnectivity.READY,
                     20.0,
                     "the channel did not reconnect by itself",
@@ -171,7 +164,7 @@ def test_a_receive_after_a_reconnection_waits_for_its_settings_to_be_answered() 
                 request = _receive_request()
                 request.long_polling_timeout.seconds = 20
                 call = asyncio.ensure_future(client.receive(request, 23.0, None, synced))
-                await _until(
+                await until(
                     lambda: channel.get_state() is grpc.ChannelConnectivity.READY,
                     20.0,
                     "the channel did not reconnect",
@@ -180,7 +173,7 @@ def test_a_receive_after_a_reconnection_waits_for_its_settings_to_be_answered() 
                 assert not call.done()
                 assert srv.stats.calls["ReceiveMessage"] == 0  # held until the Settings are answered
                 synced.set()
-                await _until(lambda: srv.stats.calls["ReceiveMessage"] == 1, 10.0, "the receive never came")
+                await until(lambda: srv.stats.calls["ReceiveMessage"] == 1, 10.0, "the receive never came")
                 call.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await call

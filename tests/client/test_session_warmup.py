@@ -8,20 +8,12 @@ No timing assertions: `_until` only bounds how long a condition may take to beco
 
 from __future__ import annotations
 
-import asyncio
-import time
 from typing import Any
 
 import thrust
 from tests.client._util import run
+from tests.support import until
 from thrust.testing import embedded_server
-
-
-async def _until(pred: Any, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        assert time.monotonic() < deadline, "condition not reached"
-        await asyncio.sleep(0.02)
 
 
 def _stream_brokers(srv: Any, client_id: str) -> list[int]:
@@ -42,8 +34,8 @@ def test_route_fetch_opens_a_session_with_every_broker_of_the_route() -> None:
                 route = session.cached_route("t")
                 assert route is not None and len(route.endpoints) == 3
                 # Nothing was sent, yet every broker of the route has a settled session.
-                await _until(lambda: _stream_brokers(srv, cid) == [0, 1, 2])
-                await _until(lambda: all(session.is_ready(ep) for ep in route.endpoints))
+                await until(lambda: _stream_brokers(srv, cid) == [0, 1, 2])
+                await until(lambda: all(session.is_ready(ep) for ep in route.endpoints))
                 for broker in (1, 2):
                     assert _rpcs_on(srv, broker) == {"Telemetry"}, srv.stats.broker_calls
                 assert srv.client_settings(cid) is not None  # the settings handshake was answered
@@ -59,7 +51,7 @@ def test_a_broker_new_to_a_refreshed_route_gets_its_session_before_first_use() -
             async with thrust.Producer(endpoints=srv.endpoints[0], topics=["t"]) as p:
                 session = p.session
                 cid = session.client_id
-                await _until(lambda: _stream_brokers(srv, cid) == [0])
+                await until(lambda: _stream_brokers(srv, cid) == [0])
                 telemetry_before = srv.stats.broker_calls[(1, "Telemetry")]
                 assert telemetry_before == 0 and _rpcs_on(srv, 1) == set()
                 srv.route_brokers = everyone  # type: ignore[method-assign]
@@ -67,8 +59,8 @@ def test_a_broker_new_to_a_refreshed_route_gets_its_session_before_first_use() -
                 route = session.cached_route("t")
                 assert route is not None and len(route.endpoints) == 2
                 # The refresh alone opened the session with broker 1: no send has gone there.
-                await _until(lambda: _stream_brokers(srv, cid) == [0, 1])
-                await _until(lambda: all(session.is_ready(ep) for ep in route.endpoints))
+                await until(lambda: _stream_brokers(srv, cid) == [0, 1])
+                await until(lambda: all(session.is_ready(ep) for ep in route.endpoints))
                 assert _rpcs_on(srv, 1) == {"Telemetry"}, srv.stats.broker_calls
 
     run(scenario)
@@ -90,11 +82,11 @@ def test_push_consumer_has_a_session_with_a_broker_before_it_is_assigned_a_queue
             async with consumer:
                 session = consumer.session
                 cid = session.client_id
-                await _until(lambda: srv.stats.broker_calls[(0, "ReceiveMessage")] >= 1)
-                await _until(lambda: _stream_brokers(srv, cid) == [0, 1])
+                await until(lambda: srv.stats.broker_calls[(0, "ReceiveMessage")] >= 1)
+                await until(lambda: _stream_brokers(srv, cid) == [0, 1])
                 route = session.cached_route("f")
                 assert route is not None
-                await _until(lambda: all(session.is_ready(ep) for ep in route.endpoints))
+                await until(lambda: all(session.is_ready(ep) for ep in route.endpoints))
                 assert _rpcs_on(srv, 1) == {"Telemetry"}, srv.stats.broker_calls
 
     run(scenario)

@@ -575,7 +575,7 @@ async def _max_attempts(ctx: Ctx) -> Any:
             await consumer.change_invisible(group, topic, sp.message_id, sp.receipt_handle, 1)
     # After its last attempt the message goes to %DLQ%<group>: never delivered again.
     # Upstream moves it there only when a receive of its group pops it after its last attempt
-    # (docs/interop-findings.md F2), and the real broker's revive makes it visible again a few seconds
+    # (docs/interop-findings.md I2), and the real broker's revive makes it visible again a few seconds
     # after its invisible time, sometimes later than one 5 s poll (`_receive_all`). So this receives until
     # the broker has created %DLQ%<group> (up to 50 s), and compares what every one of those receives
     # answered: no message, on both servers. A route that never comes is still compared.
@@ -768,7 +768,7 @@ ROWS: list[Row] = [
     # sending
     Row("send-normal", _send_row(tag="a", keys=["k1"], properties={"p": "v"})),
     # Both answer a batch with one entry (upstream sends it as one MessageBatch); thrust's server answered
-    # one per message before, which hid a producer bug (docs/interop-findings.md, R1).
+    # one per message before, which hid a producer bug (docs/interop-findings.md, I3).
     Row("send-batch-of-3", _send_row(count=3)),
     Row("send-fifo", _send_row("FIFO", message_group="mg", message_type=d.MessageType.FIFO)),
     Row(

@@ -11,12 +11,14 @@ import asyncio
 import json
 import os
 from collections import Counter
-from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from tests.official_client import ensure_venv
+
+# Re-exported: the interop tests import it from here (tests/support.py has the one definition).
+from tests.support import run as run
 
 DRIVERS = Path(__file__).resolve().parent / "drivers"
 T = TypeVar("T")
@@ -103,15 +105,6 @@ async def run_driver(
             events.append({"event": "stdout", "line": line})
     log = await asyncio.to_thread(_read_log, home)
     return DriverRun(name, events, proc.returncode, err.decode("utf-8", "replace"), log, timed_out, stdout)
-
-
-def run(coro: Coroutine[Any, Any, T], timeout: float) -> T:
-    """Run one test scenario on a fresh event loop, bounded by `timeout` seconds."""
-
-    async def bounded() -> T:
-        return await asyncio.wait_for(coro, timeout)
-
-    return asyncio.run(bounded())
 
 
 def once_each(ids: list[str]) -> dict[str, int]:

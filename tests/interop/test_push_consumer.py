@@ -23,7 +23,7 @@ async def read_dead_letters(srv: Running, group: str, expect: int, home: Path) -
     `AbstractSendMessageProcessor`), one queue; the embedded server likewise.
 
     Upstream moves a message to the DLQ only when a receive of its group pops it after its last attempt
-    (docs/interop-findings.md F2), so the group's consumer must still be running: it holds until
+    (docs/interop-findings.md I2), so the group's consumer must still be running: it holds until
     `home/done` exists, which this writes when the reader is finished.
     """
     try:

@@ -137,7 +137,7 @@ def _spread_scenario(server: Server, tmp_path: Path, *, fifo: bool) -> None:
 
 @pytest.mark.timeout(60, func_only=True)
 def test_receive_reads_every_queue_of_the_topic(server: Server, tmp_path: Path) -> None:
-    # Was finding F1 (fixed in 9ca55df for non-FIFO groups).
+    # Interop finding I1 (docs/interop-findings.md; fixed in 9ca55df for non-FIFO groups).
     _spread_scenario(server, tmp_path, fifo=False)
 
 

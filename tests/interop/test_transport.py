@@ -4,46 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import ipaddress
 from pathlib import Path
 
 import pytest
 
 from tests.interop.harness import once_each, run, run_driver
+from tests.support import self_signed
 from thrust.testing import ServerProcess, embedded_server
 
 pytestmark = pytest.mark.interop
-
-
-def _certificate_for_loopback() -> tuple[bytes, bytes]:
-    """A self-signed certificate valid for 127.0.0.1 (the official client dials the IP it was given)."""
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "thrust interop")])
-    now = datetime.datetime.now(datetime.UTC)
-    san = x509.SubjectAlternativeName(
-        [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
-    )
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(subject)
-        .issuer_name(subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(san, critical=False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    key_pem = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-    return cert.public_bytes(serialization.Encoding.PEM), key_pem
 
 
 @pytest.mark.timeout(60, func_only=True)
@@ -52,7 +21,9 @@ def test_tls(official_python: Path, tmp_path: Path) -> None:
     session's real proxy accepts TLS on its port only with a self-signed certificate it makes in memory
     at start (`ProxyConfig.tlsTestModeEnable`, `ProxyAndTlsProtocolNegotiator`), which no client can be
     given as a trust root."""
-    cert, key = _certificate_for_loopback()
+    cert, key = self_signed(
+        "thrust interop", dns=["localhost"], ips=["127.0.0.1"], ca=True, valid=datetime.timedelta(hours=1)
+    )
     roots = tmp_path / "roots.pem"
     roots.write_bytes(cert)
     # grpc.ssl_channel_credentials() (what the client uses) reads its trust roots from this variable.

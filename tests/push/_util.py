@@ -3,26 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable, Coroutine, Sequence
-from typing import Any
+from collections.abc import Sequence
 
+# Re-exported: the suite's tests import them from here (tests/support.py has the one definition).
+from tests.support import run as run
+from tests.support import until as until
 from thrust.message import Message
 from thrust.producer import Producer
 from thrust.push_consumer import PushConsumer
-
-
-def run(coro: Coroutine[Any, Any, Any]) -> Any:
-    return asyncio.run(coro)
-
-
-async def until(pred: Callable[[], bool], timeout: float = 10.0, step: float = 0.01) -> None:
-    """Wait (on the loop) until `pred()` holds; fail after `timeout` seconds."""
-    end = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > end:
-            raise AssertionError(f"condition not reached within {timeout}s")
-        await asyncio.sleep(step)
 
 
 async def ready(consumer: PushConsumer, queues: int = 1) -> None:

@@ -22,7 +22,7 @@ from thrust.testing import embedded_server
 
 
 @pytest.mark.slow
-def test_seed1_acks_are_batched_and_consumption_never_waits_for_them() -> None:
+def test_acks_are_batched_and_consumption_never_waits_for_them() -> None:
     """Item 1: with a 2 s ack round trip, 160 cached messages are all consumed before the first ack returns
     (a listener waiting for its ack would have consumed 2, one per thread); acks go out as a few
     multi-entry AckMessage calls; at close acked == consumed."""
@@ -69,7 +69,7 @@ def test_seed1_acks_are_batched_and_consumption_never_waits_for_them() -> None:
 
 
 @pytest.mark.slow
-def test_seed2_plain_listener_runs_on_its_own_pool_and_the_loop_stays_free() -> None:
+def test_plain_listener_runs_on_its_own_pool_and_the_loop_stays_free() -> None:
     """Item 2: a listener blocking 10 ms runs on `consumption_thread_count` threads (never the loop's), all of
     them busy at once; an unrelated 10 ms timer on the client's loop keeps ticking while listeners run."""
 
@@ -134,7 +134,7 @@ def test_seed2_plain_listener_runs_on_its_own_pool_and_the_loop_stays_free() -> 
 
 
 @pytest.mark.slow
-def test_seed3_a_broker_slow_to_answer_settings_does_not_stall_the_healthy_one() -> None:
+def test_a_broker_slow_to_answer_settings_does_not_stall_the_healthy_one() -> None:
     """Item 3: broker 1 answers Settings only after 5 s; consumption from broker 0 goes on meanwhile (before
     the consumer made a single call of broker 1's), and broker 1's messages are consumed once its session
     is up."""
@@ -176,7 +176,7 @@ def test_seed3_a_broker_slow_to_answer_settings_does_not_stall_the_healthy_one()
 
 
 @pytest.mark.slow
-def test_seed4_failed_acks_retry_per_entry_and_invalid_handles_are_dropped_at_once() -> None:
+def test_failed_acks_retry_per_entry_and_invalid_handles_are_dropped_at_once() -> None:
     """Item 4: 400 messages, the first ack of each fails once, 4 receipt handles are invalid: the 396 valid
     acks complete, each invalid handle is attempted exactly once, nothing waits behind anything."""
 
@@ -209,7 +209,7 @@ def test_seed4_failed_acks_retry_per_entry_and_invalid_handles_are_dropped_at_on
     run(main())
 
 
-def test_seed5a_a_new_queue_starts_at_once_while_a_dropped_queue_sits_in_a_long_poll() -> None:
+def test_a_new_queue_starts_at_once_while_a_dropped_queue_sits_in_a_long_poll() -> None:
     """Item 5a: the assignment moves from queue 0 (in a 20 s long poll) to queue 1: queue 0's poll is
     cancelled, queue 1 receives at once, and a message taken from queue 0 before the move is still acked."""
 
@@ -263,7 +263,7 @@ def test_seed5a_a_new_queue_starts_at_once_while_a_dropped_queue_sits_in_a_long_
 
 
 @pytest.mark.slow
-def test_seed5b_a_topics_scan_never_touches_another_topics_queues() -> None:
+def test_a_topics_scan_never_touches_another_topics_queues() -> None:
     """Item 5b: topics a and b scanned every 0.1 s; no queue is ever dropped or recreated, and both topics
     are consumed completely."""
 

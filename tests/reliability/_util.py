@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Iterable
 from typing import Any, TypeVar
 
 import thrust
+
+# Re-exported: the suite's tests import them from here (tests/support.py has the one definition).
+from tests.support import run as run
+from tests.support import until as until
 from thrust.errors import ConnectionError, ThrustError, TimeoutError
 from thrust.reliability.history import HistoryRecorder
 
@@ -19,22 +23,6 @@ T = TypeVar("T")
 
 # Transport-level failures leave the outcome of a send unknown: the request may have been stored.
 INDETERMINATE = (TimeoutError, ConnectionError)
-
-
-def run(scenario: Callable[[], Awaitable[T]], timeout: float = 55.0) -> T:
-    """Run `scenario()` on a fresh loop; fail if it leaves any thrust-* task running."""
-
-    async def main() -> T:
-        result = await asyncio.wait_for(scenario(), timeout)
-        leftovers = [
-            t
-            for t in asyncio.all_tasks()
-            if t is not asyncio.current_task() and t.get_name().startswith("thrust-")
-        ]
-        assert not leftovers, f"tasks outlived close: {leftovers}"
-        return result
-
-    return asyncio.run(main())
 
 
 def body(pid: str, size: int = 0) -> bytes:
@@ -113,14 +101,6 @@ async def drain(
             else:
                 rec.ack_failed(ref, error=type(err).__name__)
     return seen
-
-
-async def until(pred: Callable[[], bool], timeout: float = 10.0, step: float = 0.02) -> None:
-    end = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > end:
-            raise AssertionError(f"condition not reached within {timeout}s")
-        await asyncio.sleep(step)
 
 
 def assert_report(report: Any, *names: str, not_applicable: Iterable[str] = ()) -> None:

@@ -16,6 +16,7 @@ import pytest
 
 import thrust
 from tests.reliability._util import assert_report, body, drain, record_delivery, run, send_recorded
+from tests.support import until
 from thrust.reliability.history import HistoryRecorder, Report, check
 from thrust.reliability.proxy import PASS, Blackhole, FaultProxy, Refuse
 from thrust.testing import ServerProcess, embedded_server
@@ -41,6 +42,7 @@ class _Load:
             request_timeout=REQUEST_TIMEOUT,
         )
         self.sent: list[str] = []
+        self.acked = 0
         self.stopping = False
         self.tasks: list[asyncio.Task[None]] = []
 
@@ -73,8 +75,16 @@ class _Load:
             for ref, err in zip(refs, errors, strict=True):
                 if err is None:
                     self.rec.acked(ref)
+                    self.acked += 1
                 else:
                     self.rec.ack_failed(ref, error=type(err).__name__)
+
+    async def flowing(self, more: int = 60) -> None:
+        """Wait until `more` further messages were sent, received and acked: the load runs (before a
+        fault) or runs again (after a heal). An event to wait for, where a fixed sleep would only hope;
+        60 keeps the volume the tests assert (more than 100 sends in all) at two such waits."""
+        start = self.acked
+        await until(lambda: self.acked >= start + more, what=f"{more} more acked messages")
 
     async def finish(self, drain_budget: float = 25.0) -> None:
         """Stop sending, let the background consumer finish its last receive and acks, then drain until
@@ -156,7 +166,7 @@ def test_f1_f2_server_killed_or_terminated_and_restarted_under_load(kill: bool) 
         rec = HistoryRecorder()
         with ServerProcess(["--topic", "t:4", "--group", "g"]) as proc:
             async with _Load(rec, proc.endpoints[0]) as load:
-                await asyncio.sleep(1.5)
+                await load.flowing()
                 for _ in range(3 if kill else 2):
 
                     async def restart() -> None:
@@ -166,7 +176,7 @@ def test_f1_f2_server_killed_or_terminated_and_restarted_under_load(kill: bool) 
                         return None
 
                     await _faulted(rec, load, "kill-9" if kill else "sigterm", restart, nothing, hold=0.0)
-                    await asyncio.sleep(4.0)
+                    await load.flowing()
                 # Messages the dead server held never come back: wait one invisible time, not more.
                 await load.finish(drain_budget=INVISIBLE + 3.0)
         report = check(rec, require_ack=False, call_bound=SEND_BOUND, recovery_bound=15.0)
@@ -187,7 +197,7 @@ def test_f3_server_paused_10s_then_resumed_nothing_lost() -> None:
         rec = HistoryRecorder()
         with ServerProcess(["--topic", "t:4", "--group", "g"]) as proc:
             async with _Load(rec, proc.endpoints[0]) as load:
-                await asyncio.sleep(1.5)
+                await load.flowing()
 
                 async def stop() -> None:
                     proc.stop()
@@ -196,7 +206,7 @@ def test_f3_server_paused_10s_then_resumed_nothing_lost() -> None:
                     proc.cont()
 
                 await _faulted(rec, load, "sigstop", stop, cont, hold=10.0)
-                await asyncio.sleep(3.0)
+                await load.flowing()
                 await load.finish(drain_budget=25)
         report = check(rec, require_ack=False, call_bound=SEND_BOUND, recovery_bound=15.0, copies_per_send=3)
         assert report.sends_ok > 100, report.summary
@@ -236,12 +246,12 @@ def test_f4_connection_reset_mid_call_sends_retried_or_unknown_nothing_lost() ->
         rec = HistoryRecorder()
         async with _proxied() as (_srv, proxy, ep):  # type: ignore[misc]
             async with _Load(rec, ep) as load:
-                await asyncio.sleep(1.0)
+                await load.flowing()
                 for _ in range(3):
                     rec.fault_started("reset")
                     assert proxy.reset_connections() >= 1
                     rec.fault_healed("reset")
-                    await asyncio.sleep(2.0)
+                    await load.flowing()
                 await load.finish()
         report = check(rec, require_ack=False, call_bound=SEND_BOUND, recovery_bound=5.0, copies_per_send=3)
         assert report.sends_ok > 100, report.summary
@@ -260,7 +270,7 @@ def test_f5_half_open_connection_detected_and_replaced() -> None:
         rec = HistoryRecorder()
         async with _proxied() as (_srv, proxy, ep):  # type: ignore[misc]
             async with _Load(rec, ep) as load:
-                await asyncio.sleep(1.0)
+                await load.flowing()
                 before = proxy.stats().accepted
                 rec.fault_started("blackhole")
                 proxy.set_mode(Blackhole())
@@ -274,7 +284,7 @@ def test_f5_half_open_connection_detected_and_replaced() -> None:
                     assert time.monotonic() - healed < 30.0, "no send succeeded within 30 s of the heal"
                     await asyncio.sleep(0.1)
                 assert proxy.stats().accepted > before
-                await asyncio.sleep(2.0)
+                await load.flowing()
                 await load.finish()
                 # The black-holed connections were given up by the client, not kept open for ever: only
                 # the producer's and the consumer's current connections are still established.
@@ -295,7 +305,7 @@ def test_f6_partition_refused_sends_fail_fast_start_fails_bounded_then_recovers(
         rec = HistoryRecorder()
         async with _proxied() as (_srv, proxy, ep):  # type: ignore[misc]
             async with _Load(rec, ep) as load:
-                await asyncio.sleep(1.0)
+                await load.flowing()
                 rec.fault_started("partition")
                 proxy.set_mode(Refuse())
                 started = time.monotonic()
@@ -309,7 +319,7 @@ def test_f6_partition_refused_sends_fail_fast_start_fails_bounded_then_recovers(
                 await asyncio.sleep(max(0.0, 8.0 - (time.monotonic() - started)))
                 proxy.set_mode(PASS)
                 rec.fault_healed("partition")
-                await asyncio.sleep(3.0)
+                await load.flowing()
                 await load.finish()
         report = check(rec, require_ack=False, call_bound=SEND_BOUND, recovery_bound=15.0, copies_per_send=3)
         assert report.sends_failed + report.sends_unknown > 0, "the partition did not bite"

@@ -23,7 +23,6 @@ import contextlib
 import os
 import socket
 import time
-from collections.abc import Callable
 from typing import Any
 
 import grpc
@@ -32,6 +31,7 @@ import pytest
 import thrust
 from tests.reliability._util import run
 from tests.server._wire import Wire, messages_of, status_of
+from tests.support import until
 from thrust._codec.status import Code
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as d
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as s
@@ -40,16 +40,6 @@ from thrust.server.app import MAX_INBOUND_MESSAGE_SIZE, ServerConfig
 from thrust.testing import embedded_server
 
 MiB = 1024 * 1024
-
-
-async def _until(check: Callable[[], bool], within: float, what: str, step: float = 0.02) -> float:
-    """Wait until `check()`; the seconds it took. Fails after `within` seconds."""
-    start = time.monotonic()
-    while not check():
-        took = time.monotonic() - start
-        assert took <= within, f"{what}: not within {within} s"
-        await asyncio.sleep(step)
-    return time.monotonic() - start
 
 
 def _count_calls(client: thrust.Producer, rpc: str) -> list[str]:
@@ -136,7 +126,7 @@ def test_s8b_pending_long_polls_per_group_bounded_too_many_requests() -> None:
                 thrust.Producer(endpoints=ep, topics=["t"]) as p,
             ):
                 waiting = [asyncio.create_task(c.receive()) for _ in range(2)]
-                await _until(lambda: srv.pending_polls("g") == 2, 5, "two polls waiting")
+                await until(lambda: srv.pending_polls("g") == 2, 5, "two polls waiting")
                 with pytest.raises(thrust.TooManyRequestsError) as info:
                     await c.receive()
                 # Refused at once: the two 8 s polls it would have joined are still waiting.
@@ -151,11 +141,11 @@ def test_s8b_pending_long_polls_per_group_bounded_too_many_requests() -> None:
                 await c.ack(m)
                 assert srv.pending_polls("g") == 1
                 again = asyncio.create_task(c.receive())
-                await _until(lambda: srv.pending_polls("g") == 2, 5, "a new poll may wait")
+                await until(lambda: srv.pending_polls("g") == 2, 5, "a new poll may wait")
                 for task in (*waiting, again):
                     task.cancel()
                 await asyncio.gather(*waiting, again, return_exceptions=True)
-                await _until(lambda: srv.pending_polls("g") == 0, 5, "cancelled polls released")
+                await until(lambda: srv.pending_polls("g") == 0, 5, "cancelled polls released")
 
     run(scenario)
 
@@ -175,7 +165,7 @@ def test_s8b_push_consumer_backs_off_on_full_polls_and_recovers() -> None:
             ):
                 await holder.consumer("g", "t")
                 hold = asyncio.create_task(holder.receive("g", "t", polling=6, rpc_timeout=10))
-                await _until(lambda: srv.pending_polls("g") == 1, 5, "the slot is taken")
+                await until(lambda: srv.pending_polls("g") == 1, 5, "the slot is taken")
                 seen: list[str] = []
 
                 def listener(m: thrust.ReceivedMessage) -> thrust.ConsumeResult:
@@ -185,7 +175,7 @@ def test_s8b_push_consumer_backs_off_on_full_polls_and_recovers() -> None:
                 async with thrust.PushConsumer(
                     endpoints=ep, group="g", subscriptions={"t": "*"}, listener=listener
                 ):
-                    await _until(lambda: srv.stats.calls.get("ReceiveMessage", 0) >= 3, 10, "push receives")
+                    await until(lambda: srv.stats.calls.get("ReceiveMessage", 0) >= 3, 10, "push receives")
                     before = srv.stats.calls["ReceiveMessage"]
                     await asyncio.sleep(2.0)
                     refused = srv.stats.calls["ReceiveMessage"] - before
@@ -199,7 +189,7 @@ def test_s8b_push_consumer_backs_off_on_full_polls_and_recovers() -> None:
                         (await p.send(thrust.Message(topic="t", body=b"%d" % i))).message_id
                         for i in range(20)
                     ]
-                    await _until(lambda: len(seen) >= 20, 10, "push consumer recovered")
+                    await until(lambda: len(seen) >= 20, 10, "push consumer recovered")
                     await asyncio.sleep(0.3)
                     assert sorted(seen) == sorted(ids)
 
@@ -350,24 +340,24 @@ def test_s12_blackholed_client_expired_and_its_fd_freed() -> None:
                         async with thrust.Producer(endpoints=srv.endpoints[0], topics=["t"]) as p:
                             sent = await p.send(thrust.Message(topic="t", body=b"held"))
                         await asyncio.wait_for(stuck.wait(), 10)
-                        await _until(lambda: srv.pending_polls("g") >= 1, 5, "the push consumer polls")
+                        await until(lambda: srv.pending_polls("g") >= 1, 5, "the push consumer polls")
                         # The closed producer's Telemetry stream ends on the server a moment after close().
-                        await _until(
+                        await until(
                             lambda: len(srv.connected_clients()) == 1, 10, "the producer's stream ended"
                         )
                         [client_id] = srv.connected_clients()
                         # Only the proxied connection is left once the producer's closed one is gone.
-                        await _until(
+                        await until(
                             lambda: len(_connections_served("127.0.0.1", port)) == proxy.stats().active >= 1,
                             5,
                             "the producer's connection closed",
                         )
                         before = _connections_served("127.0.0.1", port)
                         proxy.set_mode(Blackhole())
-                        await _until(
+                        await until(
                             lambda: not before & _connections_served("127.0.0.1", port), 20, "fd freed"
                         )
-                        await _until(
+                        await until(
                             lambda: srv.client_settings(client_id) is None and srv.pending_polls("g") == 0,
                             20,
                             "client expired",
@@ -466,12 +456,12 @@ def test_s8e_concurrent_streams_per_connection_bounded_extra_calls_wait() -> Non
                     return srv.stats.calls.get("ReceiveMessage", 0)
 
                 async def answered(n: int) -> None:
-                    await _until(lambda: sum(task.done() for task in polls) == n, 10, f"{n} polls answered")
+                    await until(lambda: sum(task.done() for task in polls) == n, 10, f"{n} polls answered")
 
                 polls = [
                     asyncio.create_task(w.receive("g", "t", polling=20, rpc_timeout=40)) for _ in range(3)
                 ]
-                await _until(lambda: srv.pending_polls("g") >= 2, 10, "two polls waiting")
+                await until(lambda: srv.pending_polls("g") >= 2, 10, "two polls waiting")
                 await asyncio.sleep(0.5)
                 assert receives() == 2 and srv.pending_polls("g") == 2, "a third stream reached the server"
                 assert not any(task.done() for task in polls)
@@ -480,7 +470,7 @@ def test_s8e_concurrent_streams_per_connection_bounded_extra_calls_wait() -> Non
                     sent.append((await p.send(thrust.Message(topic="t", body=b"%d" % n))).message_id)
                     await answered(n)
                     if n == 1:  # the third call now has a stream: it reaches the server and waits
-                        await _until(
+                        await until(
                             lambda: receives() == 3 and srv.pending_polls("g") == 2, 10, "the third poll ran"
                         )
                 got: list[str] = []

@@ -9,11 +9,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
+from tests.support import TIMER_SLACK, run
 from thrust.reliability.proxy import (
     PASS,
     Bandwidth,
@@ -81,13 +82,6 @@ async def echo_server(prefix: bytes = b"", read: bool = True) -> AsyncIterator[E
         for t in list(tasks):
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-
-
-def run(test: Callable[[], Awaitable[None]]) -> None:
-    async def main() -> None:
-        await asyncio.wait_for(test(), 45)
-
-    asyncio.run(main())
 
 
 @contextlib.asynccontextmanager
@@ -171,7 +165,7 @@ def test_latency_delays_each_direction_and_keeps_order() -> None:
                 proxy.set_mode(Latency(0.15))
                 start = time.monotonic()
                 assert await roundtrip(r, w, b"x" * 1000) == b"x" * 1000
-                assert time.monotonic() - start >= 0.29  # 0.15 s up + 0.15 s down, sleeps never wake early
+                assert time.monotonic() - start >= 0.3 - TIMER_SLACK  # 0.15 s up + 0.15 s down
                 proxy.set_mode(Latency(0.0, jitter=0.02))
                 pieces = [f"{i:05d}".encode() for i in range(200)]
                 for p in pieces:
@@ -191,7 +185,7 @@ def test_latency_in_one_direction_only() -> None:
                 proxy.set_mode(Latency(0.3, direction=Direction.DOWNSTREAM))
                 start = time.monotonic()
                 await roundtrip(r, w, b"ping")
-                assert time.monotonic() - start >= 0.29
+                assert time.monotonic() - start >= 0.3 - TIMER_SLACK
 
     run(t)
 
@@ -368,7 +362,7 @@ def test_bandwidth_caps_throughput() -> None:
                 start = time.monotonic()
                 assert await roundtrip(r, w, data) == data
                 # 48 KiB at 64 KiB/s needs at least ~0.7 s; half of that is a safe floor.
-                assert time.monotonic() - start >= 0.35
+                assert time.monotonic() - start >= 0.35 - TIMER_SLACK
 
     run(t)
 

@@ -39,6 +39,7 @@ import thrust
 import thrust._io.metadata as client_metadata
 from tests.reliability._util import assert_report, body, drain, run, send_recorded
 from tests.server._wire import Wire
+from tests.support import self_signed
 from thrust._codec.signature import signed_metadata
 from thrust._codec.status import Code
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as pb
@@ -317,7 +318,7 @@ def test_s1_s2_loopback_by_default_and_non_loopback_bind_needs_auth() -> None:
     TLS, S7). S1: the default bind answers on 127.0.0.1 and refuses connections to a non-loopback address."""
     with pytest.raises(ValueError, match="non-loopback"):
         EmbeddedServer(ServerConfig(host="0.0.0.0"))
-    cert, key = _self_signed()
+    cert, key = self_signed("thrust-reliability", dns=["thrust.test"], ca=True)
     EmbeddedServer(ServerConfig(host="0.0.0.0", credentials=CREDS, tls_cert=cert, tls_key=key))
     # (start=False then close(): a ServerProcess whose constructor fails leaves its log file open.)
     refused = ServerProcess(host="0.0.0.0", port=0, startup_timeout=10, start=False)
@@ -350,39 +351,12 @@ def test_s1_s2_loopback_by_default_and_non_loopback_bind_needs_auth() -> None:
     run(scenario)
 
 
-def _self_signed() -> tuple[bytes, bytes]:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "thrust-reliability")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName("thrust.test")]), critical=False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    key_pem = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-    return cert.public_bytes(serialization.Encoding.PEM), key_pem
-
-
 @pytest.mark.slow
 def test_s6_c1_tls_with_auth_end_to_end_and_every_mismatch_fails_fast(tmp_path: Path) -> None:
     """S6/C1: TLS plus auth round-trips messages (P1) for a client trusting the test CA; a client
     verifying against the system roots (the certificate is self-signed), a plaintext client against the
     TLS port and a TLS client against a plaintext port each fail with a typed error within the bound."""
-    cert, key = _self_signed()
+    cert, key = self_signed("thrust-reliability", dns=["thrust.test"], ca=True)
     ca = tmp_path / "ca.pem"
     ca.write_bytes(cert)
     creds = thrust.Credentials(access_key=AK, secret_key=SK)
@@ -530,7 +504,7 @@ def test_s5_window_defaults_and_upstream_date_formats() -> None:
     server: the embedded server's usual case), and the Rust client's RFC 3339 local time all pass; the
     local time of a client in another zone (UTC+8, stamped with `Z`) is refused: that client must run in UTC
     or in the server's zone, or the window must be widened or turned off."""
-    cert, key = _self_signed()
+    cert, key = self_signed("thrust-reliability", dns=["thrust.test"], ca=True)
     assert ServerConfig(credentials=CREDS).effective_date_time_window() == 900.0
     assert ServerConfig(credentials=CREDS, tls_cert=cert, tls_key=key).effective_date_time_window() is None
     assert ServerConfig(credentials=CREDS, date_time_window=60).effective_date_time_window() == 60.0
@@ -582,7 +556,7 @@ def test_s5_window_defaults_and_upstream_date_formats() -> None:
 
 
 def _serve_args_tls(tmp_path: Path, key_mode: int = 0o600) -> list[str]:
-    cert, key = _self_signed()
+    cert, key = self_signed("thrust-reliability", dns=["thrust.test"], ca=True)
     (tmp_path / "cert.pem").write_bytes(cert)
     key_file = tmp_path / "key.pem"
     key_file.write_bytes(key)
@@ -609,7 +583,7 @@ def test_s7_start_matrix_auth_off_loopback_needs_tls_or_explicit_waiver(tmp_path
     """S7 (and S2): in-process and through `thrust serve`, a non-loopback bind with auth but without TLS
     is refused (the signature is replayable over plaintext) unless `--insecure-allow-remote`; auth + TLS
     starts; loopback starts in every combination."""
-    cert, key = _self_signed()
+    cert, key = self_signed("thrust-reliability", dns=["thrust.test"], ca=True)
     tls = {"tls_cert": cert, "tls_key": key}
     matrix: list[tuple[str, dict[str, Any], bool]] = [
         ("127.0.0.1", {}, True),

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 import grpc
 
+# Re-exported: the suite's tests import them from here (tests/support.py has the one definition).
+from tests.support import run as run
 from thrust._codec.status import Code
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as d
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as s
@@ -19,15 +21,6 @@ from thrust._proto.apache.rocketmq.v2 import service_pb2_grpc as g
 
 T = TypeVar("T")
 _ids = itertools.count(1)
-
-
-def run(coro: Coroutine[Any, Any, T], timeout: float = 50.0) -> T:
-    """Run one test coroutine on a fresh loop, bounded by `timeout`."""
-
-    async def bounded() -> T:
-        return await asyncio.wait_for(coro, timeout)
-
-    return asyncio.run(bounded())
 
 
 def message(

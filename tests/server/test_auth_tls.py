@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import datetime
 import time
 
 import grpc
 import pytest
 
 from tests.server._wire import Wire, run
+from tests.support import self_signed
 from thrust._codec.signature import signed_metadata
 from thrust._codec.status import Code
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as s
@@ -88,34 +88,8 @@ def test_non_loopback_bind_needs_auth_or_explicit_waiver() -> None:
     EmbeddedServer(ServerConfig(host="localhost"))
 
 
-def _self_signed() -> tuple[bytes, bytes]:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
-        .sign(key, hashes.SHA256())
-    )
-    key_pem = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
-    return cert.public_bytes(serialization.Encoding.PEM), key_pem
-
-
 def test_tls() -> None:
-    cert, key = _self_signed()
+    cert, key = self_signed("localhost")
 
     async def scenario() -> None:
         async with embedded_server(topics=["t"], tls_cert=cert, tls_key=key) as srv:

@@ -10,6 +10,13 @@ exists.
 Scanned: src/ (except the vendored protocol files and generated modules under src/thrust/_proto),
 tests/, docs/, scripts/, README.md, CHANGELOG.md and the Makefile. This file is not scanned: it spells
 the forbidden patterns out.
+
+The code and the reference pages also say what *is*, not when or under which work item it came to be
+(`HISTORY`): in src/ and docs/, no "issue 17" or bare "#17" (a work item of this project, which no reader
+can open; an upstream issue names its repository: `apache/rocketmq-clients#1445`) and no "previous
+session"; anywhere, no test named after the history of its finding (`def test_seed1_...`) rather than
+what it checks. docs/history.md and CHANGELOG.md are exempt from the first two: they are the dated
+record, and they quote the words of their time.
 """
 
 from __future__ import annotations
@@ -61,6 +68,29 @@ OUTSIDE: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"(?<![\w.~])/(?:work|home|root)/"), "an absolute path of one machine"),
     (re.compile(r"(?<![\w.~])/tmp/[\w.-]"), "a /tmp path of one machine"),
 ]
+# Where a line is history rather than reference (see the module docstring).
+HISTORY_EXEMPT = ("docs/history.md", "CHANGELOG.md")
+HISTORY_SCOPE = ("src/", "docs/")
+HISTORY: list[tuple[re.Pattern[str], str]] = [
+    (
+        re.compile(r"\bissues?[\s-]*#?\d+\b|(?<![\w/&-])#\d+\b", re.IGNORECASE),
+        "a work item ('issue N', '#N'): say what is, or name the upstream repository (owner/repo#N)",
+    ),
+    (
+        re.compile(
+            r"\b(?:previous|earlier|prior|last|later|next) (?:work |lab )?sessions?\b|\bsessions? \d+\b"
+            r"|\bother sessions'",
+            re.IGNORECASE,
+        ),
+        "a work session: say what is (or move the story to docs/history.md)",
+    ),
+]
+# An upstream repository named earlier on the line makes `#N` its issue.
+UPSTREAM_ISSUE = re.compile(
+    r"rocketmq-clients|rocketmq-apis|rocketmq-site|apache/[\w-]+|grpc/grpc|[\w.-]+/[\w.-]+#\d"
+)
+HISTORY_TEST_NAME = re.compile(r"\bdef test_seed")
+
 # "the catalogue" must say where it is: docs/reliability.md holds it.
 CATALOGUE = re.compile(r"\bcatalogue\b", re.IGNORECASE)
 
@@ -143,6 +173,15 @@ def _check_line(path: Path, rel: str, line: str, cache: dict[Path, tuple[set[str
     for pattern, why in OUTSIDE:
         if pattern.search(line):
             problems.append(why)
+    if rel.startswith(HISTORY_SCOPE) and rel not in HISTORY_EXEMPT:
+        for pattern, why in HISTORY:
+            for m in pattern.finditer(line):
+                if pattern is HISTORY[0][0] and UPSTREAM_ISSUE.search(line[: m.start()]):
+                    continue
+                problems.append(why)
+                break
+    if HISTORY_TEST_NAME.search(line):
+        problems.append("a test named after history ('test_seed...'): name it after what it checks")
     if CATALOGUE.search(line) and rel != "docs/reliability.md" and "reliability.md" not in line:
         problems.append("'catalogue' without naming docs/reliability.md, which holds it")
 
@@ -226,6 +265,11 @@ def test_the_checker_catches_each_kind() -> None:
         "# docs/protocol.md §99.9",
         "# docs/protocol.md#no-such-heading",
         "--json /tmp/benchrun/final.json",
+        "# the loop choice (issue 17, item 7)",
+        "# the half-open TCP of ISSUE #1309",
+        "in the issue-17 tables on the embedded server",
+        "# as measured in the previous session",
+        "def test_seed1_acks_are_batched() -> None:",
     ]
     for line in bad:
         assert _check_line(src, "src/thrust/x.py", line, {}), line
@@ -235,8 +279,16 @@ def test_the_checker_catches_each_kind() -> None:
         "# apache/rocketmq proxy/.../ReceiveMessageActivity.java",
         "# rocketmq-clients docs/message_id.md",
         "# a random seed 1234 for the fuzzer",
+        "# the proxy's shutdown (apache/rocketmq-clients #816, fixed by PR #992)",
+        "# a fix proposed in apache/rocketmq#10967",
+        "# the client's session to this endpoint",
+        "# a pytest session fixture",
     ]
     for line in good:
         assert not _check_line(src, "src/thrust/x.py", line, {}), line
+    # The dated record may say how things were; a test file may not be named after it either way.
+    history = ROOT / "docs" / "history.md"
+    assert not _check_line(history, "docs/history.md", "(issue 17, item 7) in the previous session", {})
+    assert _check_line(history, "docs/history.md", "def test_seed2_x() -> None:", {})
     if docs.exists():
         assert not _check_line(docs, "docs/protocol.md", "see §1", {})

@@ -6,13 +6,12 @@ import asyncio
 import enum
 import logging
 import threading
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
+from tests.support import run, wait_until
 from thrust._consumption import ListenerExecutor
 
 
@@ -28,19 +27,6 @@ Result.__name__ = "ConsumeResult"
 @dataclass(frozen=True)
 class Item:
     message: int
-
-
-def run(coro: Any) -> Any:
-    return asyncio.run(coro)
-
-
-def wait_until(pred: Callable[[], bool], limit: float = 10.0) -> None:
-    """Block the calling thread (possibly the loop's) until pred() holds; fail after `limit` s."""
-    end = time.monotonic() + limit
-    while not pred():
-        if time.monotonic() > end:
-            raise AssertionError("condition not reached")
-        time.sleep(0.001)
 
 
 class Collector:

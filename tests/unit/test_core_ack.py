@@ -97,7 +97,7 @@ def drive(
     raise AssertionError("simulation did not settle")
 
 
-def test_seed_item_4_scenario() -> None:
+def test_retriable_first_failures_are_retried_once_and_invalid_handles_dropped_within_the_bound() -> None:
     """400 acks, every first attempt fails retriably, 4 handles invalid (bench scenario 4)."""
     bound = 500
     config = AckConfig(max_retrying=bound, backoff=BackoffPolicy(0.1, 2.0, 2.0, random.Random(4)))

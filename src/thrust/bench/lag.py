@@ -1,4 +1,5 @@
-"""Event-loop lag and garbage-collector pauses of one process, for `thrust perf` (issue 17, item 8).
+"""Event-loop lag and garbage-collector pauses of one process, for `thrust perf`
+(docs/benchmarks.md, "The main job's latency tails").
 
 `LoopLag` is a task that sleeps `period` seconds over and over and records by how much each wake-up came
 late: whatever held the loop (a callback that ran long, a collection, another thread holding the GIL)

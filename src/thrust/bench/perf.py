@@ -482,7 +482,8 @@ class _Run:
             if show:
                 self.display.line(format_interval(rec.name, stats))
         # Beside the interval: how late perf's own loop and the server's woke up, and their collections
-        # (issue 17, item 8): a latency tail with a matching lag names the process that stalled.
+        # (docs/benchmarks.md, "The main job's latency tails"): a latency tail with a matching lag
+        # names the process that stalled.
         self.lag_window.add(self.loop_lag.take(), self.gc_pauses.take())
         client = summarise(self.lag_window.take())
         server_window = self.o.server_lag() if self.o.server_lag is not None else None

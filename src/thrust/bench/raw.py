@@ -17,7 +17,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
-from thrust.bench.targets import self_cpu_seconds
+from thrust.bench.cpu import self_cpu_seconds
 
 __all__ = ["Window", "raw_consume", "raw_produce", "receive_and_ack"]
 

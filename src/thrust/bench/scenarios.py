@@ -47,6 +47,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
+from thrust.bench.cpu import self_cpu_seconds
 from thrust.bench.raw import Window, raw_consume, raw_produce, receive_and_ack
 from thrust.bench.server import ControlServer
 from thrust.bench.targets import (
@@ -56,7 +57,6 @@ from thrust.bench.targets import (
     ServerRun,
     Target,
     latency_front,
-    self_cpu_seconds,
 )
 from thrust.message import ConsumeResult, ReceivedMessage
 
@@ -726,7 +726,7 @@ async def _sc4_official(ctx: Context) -> dict[str, float]:
 # ---------------------------------------------------------------------------------------------------
 # scenario 3: healthy sends while a new broker's Telemetry settings answer takes 3 s
 
-_SC3_SLOW = 3.0  # seconds the new broker holds its Telemetry settings reply (as in #1445)
+_SC3_SLOW = 3.0  # seconds the new broker holds its Telemetry settings reply (as in rocketmq-clients#1445)
 _SC3_SENDERS = 8
 
 

@@ -1,4 +1,5 @@
-"""The servers `thrust bench` runs its scenarios against, and the CPU time of the processes involved.
+"""The servers `thrust bench` runs its scenarios against, and the CPU time of the processes involved
+(read through `thrust.bench.cpu`).
 
 - `embedded` (default): a fresh embedded server in a child process per run (`ControlServer`), with the
   scenario's fault hooks; "N queues" means N brokers with one queue each, as before.
@@ -25,6 +26,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
+from thrust.bench.cpu import proc_cpu_seconds, self_cpu_seconds
 from thrust.bench.server import ControlServer
 
 __all__ = [
@@ -44,23 +46,6 @@ __all__ = [
 GROUP = "bench"
 
 Faults = tuple[tuple[str, str], ...]
-
-
-def proc_cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of process `pid` (every thread), from `/proc/<pid>/stat`."""
-    with open(f"/proc/{pid}/stat") as fh:
-        data = fh.read()
-    # fields after "(comm)": state is field 3, utime 14, stime 15 (proc(5)); comm may hold spaces
-    fields = data[data.rindex(")") + 2 :].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def self_cpu_seconds() -> float:
-    """This process's user + system CPU seconds, every thread (`resource.getrusage(RUSAGE_SELF)`)."""
-    import resource
-
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -1,4 +1,5 @@
-"""`--loop {asyncio,uvloop}` for `thrust perf`, `thrust bench` and `thrust serve` (issue 17, item 7).
+"""`--loop {asyncio,uvloop}` for `thrust perf`, `thrust bench` and `thrust serve`
+(docs/benchmarks.md, "uvloop").
 
 uvloop is an optional extra (`pip install 'thrust[uvloop]'`): without it, `--loop uvloop` ends in
 `thrust.cli.main`'s one-line message naming the extra (`OPTIONAL_MODULES`). The loop is made through

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from thrust.cluster.admin import AdminError, RemotingAdmin
 from thrust.cluster.control import ClusterControl
+from thrust.cluster.errors import ClusterError
 from thrust.cluster.jars import ROCKETMQ_VERSION, JarsError, fetch_jars
 from thrust.cluster.process import (
     STANDARD_GROUPS,
     STANDARD_TOPICS,
-    ClusterError,
     ClusterInfo,
     RocketMQCluster,
     attach_from_env,

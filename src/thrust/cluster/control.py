@@ -15,21 +15,35 @@ import json
 import socket
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from thrust.cluster.process import RocketMQCluster
+from thrust.cluster.errors import ClusterError
 
-__all__ = ["ClusterControl", "ControlServer"]
+__all__ = ["ClusterControl", "ControlServer", "Controllable"]
 
 _OPS = ("kill", "terminate", "restart", "pid", "returncode")
 _MAX_REQUEST = 4096
 
 
+class Controllable(Protocol):
+    """The operations `ControlServer` serves: `RocketMQCluster`'s. A protocol rather than the class, so
+    that this module does not import `process`, which imports it (`serve_control`)."""
+
+    def kill(self, name: str) -> int | None: ...
+
+    def terminate(self, name: str, grace: float = ...) -> int | None: ...
+
+    def restart(self, name: str, *, timeout: float = ...) -> float: ...
+
+    def pid(self, name: str) -> int: ...
+
+    def returncode(self, name: str) -> int | None: ...
+
+
 class ControlServer:
     """Serves `_OPS` of `cluster` on `path`, one thread per connection (a restart blocks for its boot)."""
 
-    def __init__(self, cluster: RocketMQCluster, path: Path) -> None:
+    def __init__(self, cluster: Controllable, path: Path) -> None:
         self.cluster = cluster
         self.path = path
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -110,8 +124,6 @@ class ClusterControl:
         self.path = path
 
     def _ask(self, op: str, name: str, wait: float, **extra: float) -> Any:
-        from thrust.cluster.process import ClusterError
-
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
             conn.settimeout(wait + 30.0)  # the owner bounds the operation itself; this only ends a hang
             try:

@@ -37,6 +37,8 @@ from types import TracebackType
 from typing import Any, Final, Literal
 
 from thrust.cluster.admin import MESSAGE_TYPES, RemotingAdmin
+from thrust.cluster.control import ControlServer
+from thrust.cluster.errors import ClusterError
 from thrust.cluster.jars import ROCKETMQ_VERSION, fetch_jars, require
 from thrust.cluster.tls import harness_certificate
 
@@ -93,10 +95,6 @@ _FATAL: Final = re.compile(
     r"Address already in use|Please set the ROCKETMQ_HOME|Lock failed,MQ already started|"
     r"DefaultHeartBeatSyncerTopic failed|Error: Could not find or load main class|OutOfMemoryError"
 )
-
-
-class ClusterError(RuntimeError):
-    """A RocketMQ process failed to start, exited, or an admin step failed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,7 +351,7 @@ class RocketMQCluster:
         self._admin: RemotingAdmin | None = None
         self._probe: str | None = None
         self._tls: tuple[Path, Path] | None = None
-        self._control: Any = None  # thrust.cluster.control.ControlServer, when `serve_control` ran
+        self._control: ControlServer | None = None  # when `serve_control` ran
         self.startup_seconds = 0.0
 
     # -- public -------------------------------------------------------------------------------------
@@ -414,8 +412,6 @@ class RocketMQCluster:
     def serve_control(self) -> str:
         """Serve `kill`, `terminate`, `restart`, `pid` and `returncode` on a Unix socket in the state
         folder, for other processes (`ClusterControl`); its path, also in `info.control`."""
-        from thrust.cluster.control import ControlServer
-
         if self._info is None or self.root is None:
             raise ClusterError("the cluster is not started")
         if self._control is None:

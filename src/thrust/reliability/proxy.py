@@ -7,7 +7,7 @@
         proxy.set_mode(PASS)
 
 Modes: `Pass`, `Latency` (fixed + jitter per chunk, order kept), `Blackhole` (read and drop, forward
-nothing, never close: the half-open TCP of ISSUE #1309), `Reset` (RST: SO_LINGER 0 then close),
+nothing, never close: the half-open TCP of F5 in docs/reliability.md), `Reset` (RST: SO_LINGER 0 then close),
 `Refuse` (stop listening, so connects get ECONNREFUSED; or accept-and-close), `Bandwidth` (bytes/s
 cap), `Slicer` (small chunks with small delays). Direction-aware modes take `direction`: "upstream"
 is client -> server, "downstream" server -> client.

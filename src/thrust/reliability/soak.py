@@ -96,9 +96,10 @@ MAX_BODY = 64 * 1024
 PUSH_CACHE_BYTES = 64 * 1024 * 1024
 # ProxyProcess commands, in turn: RST every live connection (F4), black hole (F5), refuse (F6).
 FAULTS: tuple[str, ...] = ("reset", "blackhole", "refuse")
-# `--server real`: a real Apache RocketMQ (namesrv, broker-a, broker-b, a cluster-mode proxy), with the
-# issue's R1-R4 in turn: broker-b killed -9 (restarted with its store at the heal), the proxy terminated
-# (SIGTERM) or killed -9 (restarted on the same port at the heal), and a black hole in the FaultProxy.
+# `--server real`: a real Apache RocketMQ (namesrv, broker-a, broker-b, a cluster-mode proxy), with
+# R1-R4 of docs/reliability.md in turn: broker-b killed -9 (restarted with its store at the heal), the
+# proxy terminated (SIGTERM) or killed -9 (restarted on the same port at the heal), and a black hole
+# in the FaultProxy.
 REAL_FAULTS: tuple[str, ...] = ("kill-broker-b", "terminate-proxy", "kill-proxy", "blackhole")
 # The proxy's invisible time for push receives (upstream 60 s), as in tests/reliability/test_real_cluster.py.
 # `useEndpointPortFromRequest`: routes name the port the client dialled (the FaultProxy's), not the proxy's.

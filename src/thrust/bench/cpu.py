@@ -1,0 +1,27 @@
+"""CPU time of the processes a bench run involves: this one (`self_cpu_seconds`, where the raw rows and
+the client run) and a server child (`proc_cpu_seconds`). A module of its own because `raw` and
+`targets` both read it and `targets` imports `raw` (a real target warms its JVM with `raw_consume`);
+pyproject.toml's import-linter contract keeps `raw` from importing `targets` back."""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["proc_cpu_seconds", "self_cpu_seconds"]
+
+
+def proc_cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process `pid` (every thread), from `/proc/<pid>/stat`."""
+    with open(f"/proc/{pid}/stat") as fh:
+        data = fh.read()
+    # fields after "(comm)": state is field 3, utime 14, stime 15 (proc(5)); comm may hold spaces
+    fields = data[data.rindex(")") + 2 :].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def self_cpu_seconds() -> float:
+    """This process's user + system CPU seconds, every thread (`resource.getrusage(RUSAGE_SELF)`)."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
