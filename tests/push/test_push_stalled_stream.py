@@ -70,4 +70,4 @@ def test_the_rest_of_a_batch_whose_stream_stalled_is_released_and_consumed(relea
                 assert calls == (2 if release == "first-lost" else 1)
                 assert consumer.stats().receive_failures >= 1  # the stalled stream met its deadline
 
-    run(main())
+    run(main(), timeout=STALL_BOUND + 60)
