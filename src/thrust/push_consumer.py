@@ -15,7 +15,7 @@ scenarios 1-5b, docs/benchmarks.md#scenarios):
 1. Acks never stand between two messages: a consumed message's ack goes into an `AckBatcher`
    (`thrust._core.ack`) keyed by (endpoint, group, topic), sent as one multi-entry AckMessage when a batch
    fills or a short linger passes, several batches in flight; per-entry results are applied
-   (`thrust._push.settle.BatchDriver`). `close()` flushes them.
+   (`thrust._io.batching.AckDriver`). `close()` flushes them.
 2. The listener never runs on the loop's thread when it is a plain function: `thrust._consumption` runs it on
    `consumption_thread_count` threads and carries messages and results across in batches (one wake-up per
    burst). An `async def` listener runs on the loop, at most `async_concurrency` at once.

@@ -21,12 +21,12 @@ from thrust._core.fifo import (
     releases_chain,
 )
 from thrust._instrument import Instrumentation
+from thrust._io.batching import AckDriver
 from thrust._io.rpc import OK_OR_MULTIPLE
 from thrust._io.session import ClientSession
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as pb
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as spb
 from thrust._push.model import _ANY_CODE, CLOSE_NACK_DELAY, _Delivery, _Queue, _Token, logger
-from thrust._push.settle import BatchDriver
 from thrust.errors import error_for_status
 from thrust.message import ReceivedMessage
 
@@ -63,9 +63,9 @@ class Settler:
         self._client = client
         self._session: ClientSession | None = None
         self._submit: Submit | None = None
-        self.acks: BatchDriver | None = None
-        self.nacks: BatchDriver | None = None
-        self.dlq: BatchDriver | None = None
+        self.acks: AckDriver | None = None
+        self.nacks: AckDriver | None = None
+        self.dlq: AckDriver | None = None
         self._fifo_timers: dict[_Delivery, asyncio.TimerHandle] = {}
         self._closing = False
         self.consumed = 0
@@ -77,20 +77,20 @@ class Settler:
         """Bind to the session and the listener pool; start the three drivers (on the running loop)."""
         self._session = session
         self._submit = submit
-        self.acks = BatchDriver("ack", AckBatcher(self._ack_config), self._send_acks, self._acks_finished)
-        self.nacks = BatchDriver(
+        self.acks = AckDriver("ack", AckBatcher(self._ack_config), self._send_acks, self._acks_finished)
+        self.nacks = AckDriver(
             "nack", AckBatcher(AckConfig.unbatched()), self._send_nack, self._nacks_finished
         )
         # Only FIFO groups forward to the dead-letter queue themselves, and a poison message's group waits for
         # the forward: it is retried on the FIFO schedule.
-        self.dlq = BatchDriver(
+        self.dlq = AckDriver(
             "dlq",
             AckBatcher(AckConfig.unbatched(backoff=FIFO_SETTLE_BACKOFF)),
             self._send_dlq,
             self._dlq_finished,
         )
 
-    def drivers(self) -> list[BatchDriver]:
+    def drivers(self) -> list[AckDriver]:
         return [d for d in (self.acks, self.nacks, self.dlq) if d is not None]
 
     def set_fifo(self, fifo: bool) -> None:
