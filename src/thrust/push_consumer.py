@@ -55,6 +55,7 @@ from thrust._core.process_queue import QueueBudget
 from thrust._core.settings import ClientSettings
 from thrust._instrument import Instrumentation
 from thrust._io.session import ClientSession
+from thrust._io.tasks import TaskSet
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as pb
 from thrust._push.commands import PushCommands
 from thrust._push.model import ACK_RETRY_WINDOW, MiB, _Delivery, logger
@@ -240,7 +241,9 @@ class PushConsumer:
         self._topic_pb = {t: pb.Resource(resource_namespace=namespace, name=t) for t in self.subscriptions}
         self._filter_pb = {t: convert.filter_expression(f) for t, f in self.subscriptions.items()}
         # The three parts, each owning its state (thrust._push.model). The consumer owns the session, the
-        # listener pool and the start / close tasks, and binds the parts to the first two at start.
+        # listener pool, the start / close tasks and one task set for the scans, the queue runners and the
+        # receives (close cancels and awaits it last); it binds the parts to the first two at start.
+        self._tasks = TaskSet(logger)
         instrumentation = self.config.instrumentation
         self._settler = Settler(
             ack_config=ack_config,
@@ -256,6 +259,7 @@ class PushConsumer:
             instrumentation=instrumentation,
             client=self,
             on_corrupted=self._settler.corrupted,
+            spawn=self._tasks.spawn,
         )
         self._scanner = AssignmentScanner(
             group=group,
@@ -273,6 +277,7 @@ class PushConsumer:
             scan_interval=scan_interval,
             ack_retry_window=ack_retry_window,
             run_queue=self._receiver.run,
+            spawn=self._tasks.spawn,
         )
         self._session: ClientSession | None = None
         self._executor: ListenerExecutor[_Delivery] | None = None
@@ -414,9 +419,9 @@ class PushConsumer:
                 )
         for d in drivers:
             await d.close()
-        waiting = self._scanner.unfinished()
-        if waiting:
-            await asyncio.wait(waiting, timeout=1.0)
+        # The scans and receives were cancelled first (close_queues); runners end once their queue is
+        # closed. Whatever is left now is cancelled too.
+        await self._tasks.aclose(1.0)
         if self._session is not None:
             await self._session.close(self.config.request_timeout + 1.0)
             if self.config.instrumentation is not None:

@@ -42,6 +42,7 @@ from typing import Any, TypeVar
 from thrust import errors
 from thrust._core.ack import AckBatch, AckBatcher, AckEntry, AckKey, Fate, Outcome
 from thrust._core.linger import Batch, LaneKey, LingerAccumulator, LingerConfig, Pending
+from thrust._io.tasks import TaskSet
 from thrust.errors import ClientClosedError, ThrustError
 
 __all__ = ["AckDriver", "BatchingDriver", "LingerDriver", "LingerEntry", "SendBatch", "own_error"]
@@ -51,7 +52,8 @@ _linger_logger = logging.getLogger("thrust.producer")
 
 
 class BatchingDriver(abc.ABC):
-    """One owned flusher task, the owned request tasks, and the wake-up and idle signals between them.
+    """One flusher task and the request tasks, owned by one `TaskSet`, and the wake-up and idle signals
+    between them.
 
     Subclasses say when something is due (`_due`), when to look again (`_next_wakeup`), how to take and
     start what is due (`_flush`), whether the batcher is idle (`_is_idle`), and what a failure of the
@@ -63,8 +65,8 @@ class BatchingDriver(abc.ABC):
         self._loop = asyncio.get_running_loop()
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._flusher = self._loop.create_task(self._flush_loop(), name=flusher_name)
+        self._tasks = TaskSet(logger)
+        self._flusher = self._tasks.spawn(self._flush_loop(), flusher_name)
 
     # -- what a subclass says ---------------------------------------------------------------------
 
@@ -95,9 +97,7 @@ class BatchingDriver(abc.ABC):
         self._wake.set()
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
-        task = self._loop.create_task(coro, name=name)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self._tasks.spawn(coro, name)
 
     def _check_idle(self) -> None:
         if self._is_idle():
@@ -149,11 +149,7 @@ class BatchingDriver(abc.ABC):
 
     async def _stop_tasks(self) -> None:
         """Cancel the flusher and the requests still running; await them, at most 1 s."""
-        self._flusher.cancel()
-        tasks = [t for t in self._tasks if not t.done()]
-        for t in tasks:
-            t.cancel()
-        await asyncio.wait([*tasks, self._flusher], timeout=1.0)
+        await self._tasks.aclose(1.0)
 
 
 # -- acks, nacks and dead-letter forwards ----------------------------------------------------------------

@@ -15,6 +15,7 @@ from thrust._core.fifo import FifoSequencer
 from thrust._core.process_queue import ReceiveTicket
 from thrust._instrument import Instrumentation
 from thrust._io.session import ClientSession
+from thrust._io.tasks import Spawn
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as spb
 from thrust._push.model import _Delivery, _Queue, logger
 from thrust._push.settler import Submit
@@ -77,11 +78,13 @@ class QueueReceiver:
         instrumentation: Instrumentation | None,
         client: object,
         on_corrupted: Callable[[_Queue, Sequence[convert.Corrupted]], None],
+        spawn: Spawn,
     ) -> None:
         self._fifo_parallel_groups = fifo_parallel_groups
         self._instrumentation = instrumentation
         self._client = client
         self._on_corrupted = on_corrupted
+        self._spawn = spawn
         self._session: ClientSession | None = None
         self._submit: Submit | None = None
         self._closing = False
@@ -107,6 +110,7 @@ class QueueReceiver:
     async def run(self, q: _Queue) -> None:
         """Start receives while the plan allows, else await the queue's event. No polling, no recursion."""
         loop = asyncio.get_running_loop()
+        spawn = self._spawn
         pq = q.pq
         while not pq.dropped and not self._closing:
             q.event.clear()
@@ -119,7 +123,7 @@ class QueueReceiver:
                 await q.event.wait()
                 continue
             ticket = pq.on_receive_started(n, now)
-            task = loop.create_task(self._receive(q, ticket))
+            task = spawn(self._receive(q, ticket), None)
             q.receivers.add(task)
             task.add_done_callback(q.receivers.discard)
 

@@ -18,6 +18,7 @@ from thrust._core.process_queue import ProcessQueue, QueueBudget
 from thrust._core.routes import AssignmentEndpointSelector, RouteQueue, TopicRoute
 from thrust._core.settings import ClientSettings
 from thrust._io.session import ClientSession
+from thrust._io.tasks import Spawn
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as pb
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as spb
 from thrust._push.model import _new_attempt_id, _Queue, logger
@@ -30,9 +31,9 @@ RunQueue = Callable[[_Queue], Coroutine[Any, Any, None]]
 class AssignmentScanner:
     """Owns the assignment: the route watch and one scan task per topic, the `AssignmentTable`, the queues
     (created with a runner task from `run_queue`, dropped, closed), the dropped queues whose receives are
-    still in flight (`_retired`), the cache budget they share, and the count of drops. `PushConsumer`
-    builds it with the resources it needs, starts it once the session is up (`start`) and closes it
-    (`stop`, then `close_queues`)."""
+    still in flight (`_retired`), the cache budget they share, and the count of drops. Its tasks are
+    started with `spawn` (the consumer's task set). `PushConsumer` builds it with the resources it needs,
+    starts it once the session is up (`start`) and closes it (`stop`, then `close_queues`)."""
 
     def __init__(
         self,
@@ -47,6 +48,7 @@ class AssignmentScanner:
         scan_interval: float,
         ack_retry_window: float,
         run_queue: RunQueue,
+        spawn: Spawn,
     ) -> None:
         self._group = group
         self._group_pb = group_pb
@@ -58,6 +60,7 @@ class AssignmentScanner:
         self._scan_interval = scan_interval
         self._ack_retry_window = ack_retry_window
         self._run_queue = run_queue
+        self._spawn = spawn
         self._session: ClientSession | None = None
         self._table = AssignmentTable()
         self.queues: dict[QueueId, _Queue] = {}
@@ -85,9 +88,7 @@ class AssignmentScanner:
         # Routes only: a broker slow to answer Settings must not hold up the others (bench scenario 3).
         await asyncio.gather(*(session.route(t) for t in topics))
         for topic in topics:
-            self._scan_tasks[topic] = asyncio.get_running_loop().create_task(
-                self._scan_loop(topic), name=f"thrust-scan-{topic}"
-            )
+            self._scan_tasks[topic] = self._spawn(self._scan_loop(topic), f"thrust-scan-{topic}")
 
     def apply_settings(self, settings: ClientSettings) -> None:
         """The server's Settings win: batch size, long polling, request timeout; FIFO queues keep one receive
@@ -101,24 +102,13 @@ class AssignmentScanner:
         """Close begins: no scan applies its answer any more, and route changes are ignored."""
         self._closing = True
 
-    def close_queues(self) -> list[asyncio.Task[None]]:
+    def close_queues(self) -> None:
         """Close: cancel the scans and every queue's receives (`_close_queue`), the retired ones' too.
-        Returns the tasks that were running, for close to await (bounded)."""
-        tasks = list(self._scan_tasks.values())
-        for task in tasks:
+        The tasks are awaited (bounded) with the rest of the consumer's task set, at the end of close."""
+        for task in self._scan_tasks.values():
             task.cancel()
         for q in [*self.queues.values(), *self._retired]:
             self._close_queue(q)
-        return tasks
-
-    def unfinished(self) -> list[asyncio.Task[None]]:
-        """The scan, runner and receive tasks not done yet."""
-        waiting = [t for t in self._scan_tasks.values() if not t.done()]
-        for q in [*self.queues.values(), *self._retired]:
-            waiting.extend(t for t in q.receivers if not t.done())
-            if q.runner is not None and not q.runner.done():
-                waiting.append(q.runner)
-        return waiting
 
     async def _scan_loop(self, topic: str) -> None:
         """Scan `topic` every `scan_interval`, and at once when the session reports a route change."""
@@ -208,7 +198,7 @@ class AssignmentScanner:
             auto_renew=True,
         )
         self.queues[qid] = q
-        q.runner = asyncio.get_running_loop().create_task(self._run_queue(q), name=f"thrust-queue-{qid}")
+        q.runner = self._spawn(self._run_queue(q), f"thrust-queue-{qid}")
 
     def _drop_queue(self, q: _Queue) -> None:
         """The queue is no longer assigned (QueryAssignment stopped naming it, its endpoint left the route, or
