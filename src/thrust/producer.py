@@ -10,7 +10,7 @@ the linger batch, a transaction's half message) goes through one path, prepare -
 outcomes, with one retry policy, one in-flight window and one set of statistics, and a transaction's end
 and the server's check reuse its session and endpoint choice. The parts that stand alone already live
 elsewhere: validation (`_codec.validation`), queue choice (`_core.routes`), the linger batch's state
-(`_core.linger`, `_io.linger`) and latency buckets (`_core.latency`).
+(`_core.linger`, `_io.batching`) and latency buckets (`_core.latency`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from thrust._core.linger import LingerConfig, estimate_size, lane_for, split_on_
 from thrust._core.routes import QueueSelector
 from thrust._core.settings import PRODUCER_RETRY_POLICY, ClientSettings
 from thrust._instrument import Instrumentation
-from thrust._io.linger import LingerDriver, LingerEntry, own_error
+from thrust._io.batching import LingerDriver, LingerEntry, own_error
 from thrust._io.rpc import OK_OR_MULTIPLE
 from thrust._io.session import ClientSession
 from thrust._io.telemetry import TelemetryHandler

@@ -15,7 +15,7 @@ scenarios 1-5b, docs/benchmarks.md#scenarios):
 1. Acks never stand between two messages: a consumed message's ack goes into an `AckBatcher`
    (`thrust._core.ack`) keyed by (endpoint, group, topic), sent as one multi-entry AckMessage when a batch
    fills or a short linger passes, several batches in flight; per-entry results are applied
-   (`thrust._push.settle.BatchDriver`). `close()` flushes them.
+   (`thrust._io.batching.AckDriver`). `close()` flushes them.
 2. The listener never runs on the loop's thread when it is a plain function: `thrust._consumption` runs it on
    `consumption_thread_count` threads and carries messages and results across in batches (one wake-up per
    burst). An `async def` listener runs on the loop, at most `async_concurrency` at once.
@@ -27,7 +27,7 @@ scenarios 1-5b, docs/benchmarks.md#scenarios):
 5. (a) A newly assigned queue receives at once, never waiting for a dropped queue's long polls; those run
    to their end, and what they bring, like what the dropped queue had taken, is still consumed and acked
    (cancelling them could leave a batch the proxy popped renewed for this client until it closes:
-   `thrust._push.assignments`). (b) Each topic runs its own assignment
+   `thrust._push.scanner`). (b) Each topic runs its own assignment
    scan, and a scan changes only that topic's queues (`thrust._core.assignment`).
 6. Flow control by cached count and bytes per queue (`thrust._core.process_queue`); a message stays
    cached until its ack settles, so a slow ack path holds back receiving, never the listener: the receive loop
@@ -35,7 +35,7 @@ scenarios 1-5b, docs/benchmarks.md#scenarios):
    while there is room.
 
 And (scenario 5a again) a receive's first message goes to the listener as soon as the stream delivers
-it, not once the whole batch has been read (`thrust._push.receiving._Stream`: Java acts on completion; why
+it, not once the whole batch has been read (`thrust._push.receiver._Stream`: Java acts on completion; why
 thrust does not).
 """
 
@@ -49,20 +49,19 @@ from typing import TypeAlias
 
 from thrust._codec import convert, validation
 from thrust._codec.filter import check_filter
-from thrust._consumption import ListenerExecutor, RateLimitedLog, is_async_callable
-from thrust._core.ack import AckBatcher, AckConfig
-from thrust._core.assignment import AssignmentTable
-from thrust._core.fifo import FIFO_SETTLE_BACKOFF
+from thrust._consumption import ListenerExecutor, is_async_callable
+from thrust._core.ack import AckConfig
 from thrust._core.process_queue import QueueBudget
-from thrust._core.routes import AssignmentEndpointSelector
 from thrust._core.settings import ClientSettings
 from thrust._instrument import Instrumentation
 from thrust._io.session import ClientSession
+from thrust._io.tasks import TaskSet
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as pb
-from thrust._push.assignments import Assignments
-from thrust._push.settle import BatchDriver
-from thrust._push.state import ACK_RETRY_WINDOW, MiB, _Delivery, _Queue, logger
-from thrust._push.telemetry import _PushTelemetry
+from thrust._push.commands import PushCommands
+from thrust._push.model import ACK_RETRY_WINDOW, MiB, _Delivery, logger
+from thrust._push.receiver import QueueReceiver
+from thrust._push.scanner import AssignmentScanner
+from thrust._push.settler import Settler
 from thrust._push.tracing import traced_invoke
 from thrust.config import ClientConfig, Credentials, TlsConfig
 from thrust.errors import ClientClosedError, ThrustError, validation_error
@@ -136,7 +135,7 @@ class PushConsumerStats:
     last_receive_error: ThrustError | None = None
 
 
-class PushConsumer(Assignments):
+class PushConsumer:
     """Consumes the subscribed topics and pushes every message to `listener`. Native asyncio.
 
     Args:
@@ -229,56 +228,73 @@ class PushConsumer(Assignments):
         self.shutdown_grace = shutdown_grace
         self.scan_interval = scan_interval
         self.ack_retry_window = ack_retry_window
-        self._receives_per_queue = receives_per_queue
-        self._budget = QueueBudget(
-            max_cache_message_count,
-            max_cache_message_bytes,
-            max_receives_in_flight=receives_per_queue,
-            request_timeout=self.config.request_timeout,
-        )
         # A message holds its cache slot until its ack settles, so the batcher never holds more entries than
         # the cache: the bounds below can only be reached when the cache limit is larger than them.
-        self._ack_config = AckConfig(
+        ack_config = AckConfig(
             max_batch=ack_batch_size,
             linger=ack_linger,
             max_pending=max(65_536, max_cache_message_count),
             max_retrying=max(10_000, max_cache_message_count),
         )
-        self._session = None
-        self._executor = None
-        self._acks = None
-        self._nacks = None
-        self._dlq = None
-        self._table = AssignmentTable()
-        self._queues = {}
-        self._retired = set()
-        self._selector = AssignmentEndpointSelector()
-        self._scanners = {}
-        self._route_changed = {}
-        self._fifo_timers = {}
-        self._start_task = None
-        self._close_task = None
-        self._closing = False
-        self._group_pb = pb.Resource(resource_namespace=self.config.namespace, name=group)
-        self._topic_pb = {
-            t: pb.Resource(resource_namespace=self.config.namespace, name=t) for t in self.subscriptions
-        }
+        namespace = self.config.namespace
+        self._group_pb = pb.Resource(resource_namespace=namespace, name=group)
+        self._topic_pb = {t: pb.Resource(resource_namespace=namespace, name=t) for t in self.subscriptions}
         self._filter_pb = {t: convert.filter_expression(f) for t, f in self.subscriptions.items()}
-        self._receive_log = RateLimitedLog(10.0, "%s")
-        self._scan_log = RateLimitedLog(10.0, "%s; retried at the next scan")
-        self._last_receive_error = None
-        self._counters = dict.fromkeys(
-            (
-                "received",
-                "consumed",
-                "consume_failures",
-                "nacked",
-                "dead_lettered",
-                "receive_failures",
-                "queues_dropped",
-            ),
-            0,
+        # The three parts, each owning its state (thrust._push.model). The consumer owns the session, the
+        # listener pool, the start / close tasks and one task set for the scans, the queue runners and the
+        # receives (close cancels and awaits it last); it binds the parts to the first two at start.
+        self._tasks = TaskSet(logger)
+        instrumentation = self.config.instrumentation
+        self._settler = Settler(
+            ack_config=ack_config,
+            ack_retry_window=ack_retry_window,
+            group_pb=self._group_pb,
+            topic_pb=self._topic_pb,
+            namespace=namespace,
+            instrumentation=instrumentation,
+            client=self,
         )
+        self._receiver = QueueReceiver(
+            fifo_parallel_groups=fifo_parallel_groups,
+            instrumentation=instrumentation,
+            client=self,
+            on_corrupted=self._settler.corrupted,
+            spawn=self._tasks.spawn,
+        )
+        self._scanner = AssignmentScanner(
+            group=group,
+            group_pb=self._group_pb,
+            topic_pb=self._topic_pb,
+            filter_pb=self._filter_pb,
+            namespace=namespace,
+            budget=QueueBudget(
+                max_cache_message_count,
+                max_cache_message_bytes,
+                max_receives_in_flight=receives_per_queue,
+                request_timeout=self.config.request_timeout,
+            ),
+            receives_per_queue=receives_per_queue,
+            scan_interval=scan_interval,
+            ack_retry_window=ack_retry_window,
+            run_queue=self._receiver.run,
+            spawn=self._tasks.spawn,
+        )
+        self._session: ClientSession | None = None
+        self._executor: ListenerExecutor[_Delivery] | None = None
+        self._start_task: asyncio.Task[None] | None = None
+        self._close_task: asyncio.Task[None] | None = None
+        self._closing = False
+
+    @property
+    def client_id(self) -> str | None:
+        return self._session.client_id if self._session is not None else None
+
+    @property
+    def session(self) -> ClientSession:
+        """The underlying session (internal API, for tests and tools)."""
+        if self._session is None:
+            raise RuntimeError("the consumer is not started")
+        return self._session
 
     # -- lifecycle -----------------------------------------------------------------------------------------
 
@@ -302,48 +318,50 @@ class PushConsumer(Assignments):
         local = dataclasses.replace(
             ClientSettings.for_consumer(), request_timeout=self.config.request_timeout
         )
+        listener_is_async = is_async_callable(self.listener)
         self._session = session = ClientSession(
             self.config,
             client_type=pb.PUSH_CONSUMER,
             local_settings=local,
-            handler=_PushTelemetry(self),
+            handler=PushCommands(
+                group_pb=self._group_pb,
+                topic_pb=self._topic_pb,
+                filter_pb=self._filter_pb,
+                listener=self.listener,
+                listener_is_async=listener_is_async,
+                settings_changed=self._settings_changed,
+            ),
             group=self.group,
         )
         instrumentation = self.config.instrumentation
         invoke = None
         if instrumentation is not None:
-            invoke = traced_invoke(instrumentation, self, self.listener, is_async_callable(self.listener))
+            invoke = traced_invoke(instrumentation, self, self.listener, listener_is_async)
             instrumentation.attach(self)
-        self._executor = ListenerExecutor(
+        settler = self._settler
+        self._executor = executor = ListenerExecutor(
             self.listener,
             success=ConsumeResult.SUCCESS,
-            on_results=self._on_results,
+            on_results=settler.on_results,
             thread_count=self.consumption_thread_count,
             async_concurrency=self.async_concurrency,
             name="thrust-consume",
             invoke=invoke,
         )
-        self._acks = BatchDriver("ack", AckBatcher(self._ack_config), self._send_acks, self._acks_finished)
-        self._nacks = BatchDriver(
-            "nack", AckBatcher(AckConfig.unbatched()), self._send_nack, self._nacks_finished
-        )
-        # Only FIFO groups forward to the dead-letter queue themselves, and a poison message's group waits for
-        # the forward: it is retried on the FIFO schedule.
-        self._dlq = BatchDriver(
-            "dlq",
-            AckBatcher(AckConfig.unbatched(backoff=FIFO_SETTLE_BACKOFF)),
-            self._send_dlq,
-            self._dlq_finished,
-        )
+        settler.start(session, executor.submit)
+        self._receiver.start(session, executor.submit)
         await session.start(())
-        self._route_changed = {t: asyncio.Event() for t in self.subscriptions}
-        session.add_route_listener(self._on_route_change)
-        # Routes only: a broker slow to answer Settings must not hold up the others (bench scenario 3).
-        await asyncio.gather(*(session.route(t) for t in self.subscriptions))
-        for topic in self.subscriptions:
-            self._scanners[topic] = asyncio.get_running_loop().create_task(
-                self._scan_loop(topic), name=f"thrust-scan-{topic}"
-            )
+        await self._scanner.start(session)
+
+    def _settings_changed(self) -> None:
+        """The server's Settings arrived (Telemetry): the scanner's budget and the settler's ack batching
+        follow them."""
+        session = self._session
+        if session is None:
+            return
+        settings = session.settings
+        self._scanner.apply_settings(settings)
+        self._settler.set_fifo(settings.fifo)
 
     async def __aenter__(self) -> PushConsumer:
         await self.start()
@@ -363,6 +381,9 @@ class PushConsumer(Assignments):
         closes its streams and channels. Idempotent; concurrent callers await the same shutdown."""
         if self._close_task is None:
             self._closing = True
+            self._scanner.stop()
+            self._receiver.stop()
+            self._settler.stop()
             self._close_task = asyncio.get_running_loop().create_task(self._close())
         await asyncio.shield(self._close_task)
 
@@ -370,25 +391,19 @@ class PushConsumer(Assignments):
         if self._start_task is not None and not self._start_task.done():
             self._start_task.cancel()
             await asyncio.wait([self._start_task], timeout=1.0)
-        scanners = list(self._scanners.values())
-        for task in scanners:
-            task.cancel()
-        for q in [*self._queues.values(), *self._retired]:
-            self._close_queue(q)
-        for handle in self._fifo_timers.values():
-            handle.cancel()
-        self._fifo_timers.clear()
+        self._scanner.close_queues()
+        settler = self._settler
         if self._executor is not None:
             unstarted = self._executor.stop()
             if unstarted:
-                self._nack_unstarted(unstarted)
+                settler.nack_unstarted(unstarted)
             dropped = await self._executor.close(self.shutdown_grace)
             if dropped:
                 logger.info(
                     "%d received messages were not consumed before close; the server redelivers them", dropped
                 )
         timeout = self.config.request_timeout + 1.0
-        drivers = [d for d in (self._acks, self._nacks, self._dlq) if d is not None]
+        drivers = settler.drivers()
         drained = await asyncio.gather(*(d.drain(timeout) for d in drivers))
         for driver, idle in zip(drivers, drained, strict=True):
             if not idle:
@@ -404,13 +419,9 @@ class PushConsumer(Assignments):
                 )
         for d in drivers:
             await d.close()
-        waiting = [t for t in scanners if not t.done()]
-        for q in [*self._queues.values(), *self._retired]:
-            waiting.extend(t for t in q.receivers if not t.done())
-            if q.runner is not None and not q.runner.done():
-                waiting.append(q.runner)
-        if waiting:
-            await asyncio.wait(waiting, timeout=1.0)
+        # The scans and receives were cancelled first (close_queues); runners end once their queue is
+        # closed. Whatever is left now is cancelled too.
+        await self._tasks.aclose(1.0)
         if self._session is not None:
             await self._session.close(self.config.request_timeout + 1.0)
             if self.config.instrumentation is not None:
@@ -420,12 +431,9 @@ class PushConsumer(Assignments):
 
     def stats(self) -> PushConsumerStats:
         """A snapshot of the consumer's gauges and counters, per queue and in total."""
-        retrying: dict[_Queue, int] = {}
-        if self._acks is not None and self._acks.batcher.stats().retrying:
-            for entry in self._acks.batcher.retrying_entries():
-                d = entry.token
-                if isinstance(d, _Delivery):
-                    retrying[d.queue] = retrying.get(d.queue, 0) + 1
+        settler = self._settler
+        receiver = self._receiver
+        retrying = settler.retrying_by_queue()
         queues = tuple(
             QueueStats(
                 topic=q.id.topic,
@@ -440,12 +448,11 @@ class PushConsumer(Assignments):
                 received=q.received,
                 consumed=q.consumed,
             )
-            for q in sorted(self._queues.values(), key=lambda q: q.id)
+            for q in sorted(self._scanner.queues.values(), key=lambda q: q.id)
         )
-        ack = self._acks.batcher.stats() if self._acks is not None else None
-        nack = self._nacks.batcher.stats() if self._nacks is not None else None
-        dlq = self._dlq.batcher.stats() if self._dlq is not None else None
-        c = self._counters
+        ack = settler.acks.batcher.stats() if settler.acks is not None else None
+        nack = settler.nacks.batcher.stats() if settler.nacks is not None else None
+        dlq = settler.dlq.batcher.stats() if settler.dlq is not None else None
         return PushConsumerStats(
             queues=queues,
             cached_messages=sum(s.cached_messages for s in queues),
@@ -456,20 +463,20 @@ class PushConsumer(Assignments):
             acks_retrying=ack.retrying if ack else 0,
             nacks_pending=(nack.pending + nack.in_flight + nack.retrying) if nack else 0,
             dead_letters_pending=(dlq.pending + dlq.in_flight + dlq.retrying) if dlq else 0,
-            received=c["received"],
-            consumed=c["consumed"],
-            consume_failures=c["consume_failures"],
+            received=receiver.received,
+            consumed=settler.consumed,
+            consume_failures=settler.consume_failures,
             acked=ack.acked if ack else 0,
             acks_dropped_invalid=ack.dropped_invalid if ack else 0,
             acks_dropped_expired=ack.dropped_expired if ack else 0,
             acks_dropped_overflow=ack.dropped_overflow if ack else 0,
             ack_rpcs=ack.rpcs if ack else 0,
             ack_attempts=ack.attempts if ack else 0,
-            nacked=c["nacked"],
-            dead_lettered=c["dead_lettered"],
-            receive_failures=c["receive_failures"],
-            queues_dropped=c["queues_dropped"],
-            last_receive_error=self._last_receive_error,
+            nacked=settler.nacked,
+            dead_lettered=settler.dead_lettered,
+            receive_failures=receiver.receive_failures,
+            queues_dropped=self._scanner.queues_dropped,
+            last_receive_error=receiver.last_receive_error,
         )
 
     def __repr__(self) -> str:

@@ -182,13 +182,13 @@ def test_failure_nacks_with_the_servers_backoff_for_that_attempt() -> None:
 
             consumer = PushConsumer(endpoints=ep, group="gn", subscriptions={"t": "*"}, listener=listener)
             delays: list[float] = []
-            send_nack = consumer._send_nack
+            send_nack = consumer._settler._send_nack
 
             async def spy(batch: AckBatch) -> object:
                 delays.append(batch.entries[0].token.value)  # type: ignore[attr-defined]
                 return await send_nack(batch)
 
-            consumer._send_nack = spy  # type: ignore[method-assign,assignment]
+            consumer._settler._send_nack = spy  # type: ignore[method-assign,assignment]
             async with Producer(endpoints=ep, topics=["t"]) as producer, consumer:
                 await ready(consumer)
                 await producer.send(Message(topic="t", body=b"x"))

@@ -37,13 +37,13 @@ HOLD = 4.0
 def _switchable(consumer: PushConsumer) -> dict[str, bool]:
     """Make the consumer's assignment scan answer nothing once `switch["assigned"]` is False."""
     switch = {"assigned": True}
-    original = consumer._query_assignment
+    original = consumer._scanner._query_assignment
 
     async def assignment(topic: str, route: object) -> list[object]:
         queues = await original(topic, route)  # type: ignore[arg-type]
         return list(queues) if switch["assigned"] else []
 
-    consumer._query_assignment = assignment  # type: ignore[method-assign,assignment]
+    consumer._scanner._query_assignment = assignment  # type: ignore[method-assign,assignment]
     return switch
 
 

@@ -229,13 +229,13 @@ def test_a_new_queue_starts_at_once_while_a_dropped_queue_sits_in_a_long_poll() 
                 endpoints=ep, group="g", subscriptions={"t": "*"}, listener=listener, scan_interval=0.1
             )
             chosen = {"queue": 0}
-            original = consumer._query_assignment
+            original = consumer._scanner._query_assignment
 
             async def assignment(topic: str, route: object) -> list[object]:
                 await original(topic, route)  # type: ignore[arg-type]
                 return [q for q in route.queues if q.queue_id == chosen["queue"]]  # type: ignore[attr-defined]
 
-            consumer._query_assignment = assignment  # type: ignore[method-assign,assignment]
+            consumer._scanner._query_assignment = assignment  # type: ignore[method-assign,assignment]
             async with Producer(endpoints=ep, topics=["t"]) as producer, consumer:
                 await ready(consumer)
                 await producer.send(Message(topic="t", body=b"first"))
@@ -285,7 +285,7 @@ def test_a_topics_scan_never_touches_another_topics_queues() -> None:
             )
             async with Producer(endpoints=ep, topics=["a", "b"]) as producer, consumer:
                 await ready(consumer, queues=2)
-                queue_objects = {qid: id(q) for qid, q in consumer._queues.items()}
+                queue_objects = {qid: id(q) for qid, q in consumer._scanner.queues.items()}
                 scans_before = srv.stats.calls["QueryAssignment"]
                 for _ in range(10):
                     await send_all(
@@ -294,7 +294,7 @@ def test_a_topics_scan_never_touches_another_topics_queues() -> None:
                     await asyncio.sleep(0.1)
                 await until(lambda: got == {"a": 100, "b": 100}, timeout=10)
                 assert srv.stats.calls["QueryAssignment"] - scans_before >= 10
-                assert {qid: id(q) for qid, q in consumer._queues.items()} == queue_objects
+                assert {qid: id(q) for qid, q in consumer._scanner.queues.items()} == queue_objects
                 assert consumer.stats().queues_dropped == 0
 
     run(main())

@@ -1,5 +1,5 @@
 """The push consumer hands a receive's first message to the listener while the server is still streaming
-the rest of the batch (bench scenario 5a; `thrust._push.receiving._Stream`), and keeps its accounting right
+the rest of the batch (bench scenario 5a; `thrust._push.receiver._Stream`), and keeps its accounting right
 when the stream breaks after that. Real embedded server; the server's ReceiveMessage is wrapped so that it
 pauses after writing the first message of a stream (or breaks the stream there), which turns "before the
 stream ended" into an ordering of events rather than a wall-clock threshold.

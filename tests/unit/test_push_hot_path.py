@@ -80,13 +80,13 @@ def test_decode_of_a_proxy_message_takes_the_fast_digest_path(monkeypatch: pytes
 
 
 def test_a_burst_of_results_goes_to_the_ack_batcher_in_one_call() -> None:
-    """`BatchDriver.add_many`: one clock read and at most one pump for a whole burst of consumed messages;
-    the batches that go out are the same as with one `add` per message."""
+    """`AckDriver.add_many`: one clock read and at most one wake-up of the flusher for a whole burst of
+    consumed messages; the batches that go out are the same as with one `add` per message."""
     import asyncio
 
     from thrust._core.ack import AckBatch, AckBatcher, AckConfig, AckEntry, AckKey, Outcome, results_for
     from thrust._core.endpoints import parse_endpoint
-    from thrust._push.settle import BatchDriver
+    from thrust._io.batching import AckDriver
 
     sent: list[int] = []
 
@@ -94,28 +94,22 @@ def test_a_burst_of_results_goes_to_the_ack_batcher_in_one_call() -> None:
         sent.append(len(batch))
         return results_for(batch, 20000)
 
+    class CountingEvent(asyncio.Event):
+        sets = 0
+
+        def set(self) -> None:
+            CountingEvent.sets += 1
+            super().set()
+
     async def main() -> None:
         finished: list[int] = []
-        driver = BatchDriver(
+        driver = AckDriver(
             "ack", AckBatcher(AckConfig(max_batch=32, linger=0.0)), send, lambda f: finished.append(len(f))
         )
+        driver._wake = CountingEvent()
         key = AckKey(parse_endpoint("127.0.0.1:8081"), "g", "t")
-        loop = asyncio.get_running_loop()
-        pumps = 0
-        real_call_soon = loop.call_soon
-
-        def counting_call_soon(cb, *args, **kwargs):  # type: ignore[no-untyped-def]
-            nonlocal pumps
-            if getattr(cb, "__name__", "") == "_pump":
-                pumps += 1
-            return real_call_soon(cb, *args, **kwargs)
-
-        loop.call_soon = counting_call_soon  # type: ignore[method-assign]
-        try:
-            driver.add_many([(key, AckEntry(f"m{i}", f"h{i}", 1e12)) for i in range(70)], 0.0)
-        finally:
-            loop.call_soon = real_call_soon  # type: ignore[method-assign]
-        assert pumps == 1
+        driver.add_many([(key, AckEntry(f"m{i}", f"h{i}", 1e12)) for i in range(70)], 0.0)
+        assert CountingEvent.sets == 1
         assert await driver.drain(5.0)
         await driver.close()
         assert sorted(sent) == [6, 32, 32]

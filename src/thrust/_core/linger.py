@@ -2,7 +2,8 @@
 
 Opt-in (`Producer(batch_max_messages=N > 1)`). Plain `send()` calls are collected per lane and sent as
 one request per batch; every caller still gets its own receipt or error. Pure and synchronous: no I/O,
-no clock; `now` is monotonic seconds passed in. The io driver (`thrust._io.linger`) only asks:
+no clock; `now` is monotonic seconds passed in. The io driver (`thrust._io.batching.LingerDriver`) only
+asks:
 
     acc.room_for(size)             may one more message be accepted now? (no: the caller waits)
     acc.add(entry, now) -> bool    accept it; True: wake the flusher (a new deadline, or something due)

@@ -253,7 +253,7 @@ class ClientSession:
         is dead. Java's `recoverTransport` does the same (`ManagedChannel.enterIdle` lets calls in flight go
         on, docs/protocol.md §4.6). Cancelling a push consumer's long poll can lose messages until the
         consumer closes: the proxy may have popped a batch for it, and renews those receipt handles while
-        the client stays connected (`Assignments._drop_queue`, docs/reliability.md bug 11)."""
+        the client stays connected (`AssignmentScanner._drop_queue`, docs/reliability.md bug 11)."""
         old = self._rpcs.pop(endpoint, None)
         if self._closing:
             return

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from thrust._instrument import Instrumentation
-from thrust._push.state import _Delivery
+from thrust._push.model import _Delivery
 from thrust.message import ConsumeResult, ReceivedMessage
 
 

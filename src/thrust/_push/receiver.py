@@ -6,16 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from thrust._codec import convert
-from thrust._core.ack import AckEntry
+from thrust._consumption import RateLimitedLog
 from thrust._core.fifo import FifoSequencer
 from thrust._core.process_queue import ReceiveTicket
+from thrust._instrument import Instrumentation
+from thrust._io.session import ClientSession
+from thrust._io.tasks import Spawn
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as spb
-from thrust._push.results import Results
-from thrust._push.state import _Delivery, _Queue, _Token, logger
+from thrust._push.model import _Delivery, _Queue, logger
+from thrust._push.settler import Submit
 from thrust.errors import ThrustError, TooManyRequestsError
 
 
@@ -37,10 +40,10 @@ class _Stream:
     behind the first.
     """
 
-    __slots__ = ("consumer", "held", "queue", "ticket")
+    __slots__ = ("held", "queue", "receiver", "ticket")
 
-    def __init__(self, consumer: Receiving, queue: _Queue, ticket: ReceiveTicket) -> None:
-        self.consumer = consumer
+    def __init__(self, receiver: QueueReceiver, queue: _Queue, ticket: ReceiveTicket) -> None:
+        self.receiver = receiver
         self.queue = queue
         self.ticket = ticket
         # None until the first message was handed over; then the messages that arrived after it.
@@ -54,17 +57,60 @@ class _Stream:
             return
         self.held = []
         try:
-            self.consumer._take(self.queue, self.ticket, (raw,), final=False)
+            self.receiver._take(self.queue, self.ticket, (raw,), final=False)
         except Exception:  # never break the stream's reader: the message is then left to redelivery
             logger.exception("handing over the first message of a receive from %s failed", self.queue.id)
 
 
-class Receiving(Results):
-    """The receive layer of `PushConsumer`."""
+class QueueReceiver:
+    """Owns receiving: each queue's runner (`run`, the task `AssignmentScanner` starts per queue) and its
+    receive tasks, the streams, decoding and the hand-off to the listener pool, and the receive counters.
+    `PushConsumer` binds it to the session and the listener pool at start (`start`) and stops it at close
+    (`stop`); corrupted messages go to `on_corrupted` (`Settler.corrupted`).
 
-    async def _run_queue(self, q: _Queue) -> None:
+    `client` is the consumer the receive spans are reported for (the instrumentation reads its identity);
+    the receiver never calls it."""
+
+    def __init__(
+        self,
+        *,
+        fifo_parallel_groups: bool,
+        instrumentation: Instrumentation | None,
+        client: object,
+        on_corrupted: Callable[[_Queue, Sequence[convert.Corrupted]], None],
+        spawn: Spawn,
+    ) -> None:
+        self._fifo_parallel_groups = fifo_parallel_groups
+        self._instrumentation = instrumentation
+        self._client = client
+        self._on_corrupted = on_corrupted
+        self._spawn = spawn
+        self._session: ClientSession | None = None
+        self._submit: Submit | None = None
+        self._closing = False
+        self._receive_log = RateLimitedLog(10.0, "%s")
+        self.received = 0
+        self.receive_failures = 0
+        self.last_receive_error: ThrustError | None = None
+
+    def start(self, session: ClientSession, submit: Submit) -> None:
+        self._session = session
+        self._submit = submit
+
+    def stop(self) -> None:
+        """Close begins: what a cancelled stream still held is left to the server's redelivery."""
+        self._closing = True
+
+    @property
+    def session(self) -> ClientSession:
+        if self._session is None:
+            raise RuntimeError("the consumer is not started")
+        return self._session
+
+    async def run(self, q: _Queue) -> None:
         """Start receives while the plan allows, else await the queue's event. No polling, no recursion."""
         loop = asyncio.get_running_loop()
+        spawn = self._spawn
         pq = q.pq
         while not pq.dropped and not self._closing:
             q.event.clear()
@@ -77,7 +123,7 @@ class Receiving(Results):
                 await q.event.wait()
                 continue
             ticket = pq.on_receive_started(n, now)
-            task = loop.create_task(self._receive(q, ticket))
+            task = spawn(self._receive(q, ticket), None)
             q.receivers.add(task)
             task.add_done_callback(q.receivers.discard)
 
@@ -107,8 +153,8 @@ class Receiving(Results):
             q.event.set()
             return  # cancelled because the queue was dropped or the consumer closes
         except ThrustError as exc:
-            self._counters["receive_failures"] += 1
-            self._last_receive_error = exc
+            self.receive_failures += 1
+            self.last_receive_error = exc
             if exc._after_ok and not self._closing:
                 # The server took a batch for this receive and we did not get all of it: what is missing
                 # is renewed for us by the proxy until we re-register (`ClientSession.release_held`).
@@ -138,7 +184,7 @@ class Receiving(Results):
         """A receive failed or was cancelled after some of its messages arrived. What was handed over stays
         delivered; what arrived after it is handed over too, a dropped queue's as well (the proxy holds those
         messages invisible for this client, renewing them, until they are settled or the client leaves:
-        `Assignments._drop_queue`), except when the consumer closes (the server makes them visible again
+        `AssignmentScanner._drop_queue`), except when the consumer closes (the server makes them visible again
         once the client has left)."""
         held = stream.held
         if not held:
@@ -170,44 +216,29 @@ class Receiving(Results):
         elif not q.pq.on_partial(ticket, n, nbytes, now, largest if n else None):
             return  # the ticket is closed: cannot happen, chunks always come before its end
         if bad:
-            self._corrupted(q, bad)
+            self._on_corrupted(q, bad)
         if n:
             q.received += n
-            self._counters["received"] += n
-            instrumentation = self.config.instrumentation
+            self.received += n
+            instrumentation = self._instrumentation
             if instrumentation is not None:
                 # A receive span only for what arrived (a push consumer's long polls that return nothing
                 # are not reported), from when the receive started; at most two per receive (`_Stream`).
                 start = time.time() - (now - ticket.started_at)
-                instrumentation.receive(self, q.id.topic, start).end(q.endpoint, good, None)
+                instrumentation.receive(self._client, q.id.topic, start).end(q.endpoint, good, None)
             self._dispatch(q, deliveries)
         q.event.set()
 
-    def _corrupted(self, q: _Queue, bad: Sequence[convert.Corrupted]) -> None:
-        # Java: a corrupted standard message is nacked, a corrupted FIFO one dead-lettered
-        # (docs/protocol.md §6.6).
-        logger.warning("%d corrupted message(s) from %s (%s)", len(bad), q.id, bad[0].reason)
-        settings = self.session.settings
-        for c in bad:
-            token = _Token(q, c.topic, c.message_id, 1)
-            entry = AckEntry(c.message_id, c.receipt_handle, time.monotonic() + self.ack_retry_window, token)
-            if settings.fifo:
-                assert self._dlq is not None
-                self._dlq.add(q.ack_key, entry)
-            else:
-                assert self._nacks is not None
-                self._nacks.add(q.ack_key, entry)
-
     def _dispatch(self, q: _Queue, deliveries: list[_Delivery]) -> None:
-        executor = self._executor
-        assert executor is not None
+        submit = self._submit
+        assert submit is not None
         if self.session.settings.fifo:
             if q.fifo is None:
                 q.fifo = FifoSequencer(
-                    parallel_groups=self.fifo_parallel_groups, group_of=lambda d: d.message.message_group
+                    parallel_groups=self._fifo_parallel_groups, group_of=lambda d: d.message.message_group
                 )
             ready = q.fifo.add(deliveries)
         else:
             ready = deliveries
         q.in_listener += len(ready)
-        executor.submit(ready)
+        submit(ready)

@@ -7,24 +7,122 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from thrust._codec import convert
-from thrust._core.ack import AckBatch, AckBatcher, AckEntry, AckKey, Fate, Outcome, results_for
-from thrust._core.fifo import UNTIL_SETTLED, FifoAction, fifo_failure_action, releases_chain
+from thrust._core.ack import AckBatch, AckBatcher, AckConfig, AckEntry, AckKey, Fate, Outcome, results_for
+from thrust._core.fifo import (
+    FIFO_SETTLE_BACKOFF,
+    UNTIL_SETTLED,
+    FifoAction,
+    fifo_failure_action,
+    fifo_settle_config,
+    releases_chain,
+)
+from thrust._instrument import Instrumentation
+from thrust._io.batching import AckDriver
 from thrust._io.rpc import OK_OR_MULTIPLE
+from thrust._io.session import ClientSession
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as pb
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as spb
-from thrust._push.state import _ANY_CODE, CLOSE_NACK_DELAY, PushState, _Delivery, _Queue, _Token, logger
+from thrust._push.model import _ANY_CODE, CLOSE_NACK_DELAY, _Delivery, _Queue, _Token, logger
 from thrust.errors import error_for_status
 from thrust.message import ReceivedMessage
 
+# Hands deliveries to the listener pool (`ListenerExecutor.submit`); returns how many it took.
+Submit = Callable[[list[_Delivery]], int]
 
-class Results(PushState):
-    """The result and settling layer of `PushConsumer`."""
 
-    def _on_results(self, results: list[tuple[_Delivery, bool]]) -> None:
+class Settler:
+    """Owns what happens after the listener: the ack, nack and dead-letter drivers (one `AckBatcher`
+    each), the FIFO retry timers and the counters of results. `PushConsumer` builds it with the
+    resources and bounds it needs, binds it to the session and the listener pool at start (`start`), stops
+    it at close (`stop`, `nack_unstarted`, `drain`) and reads its counters for `stats()`.
+
+    `client` is the consumer the settle spans are reported for (the instrumentation reads its identity);
+    the settler never calls it."""
+
+    def __init__(
+        self,
+        *,
+        ack_config: AckConfig,
+        ack_retry_window: float,
+        group_pb: pb.Resource,
+        topic_pb: dict[str, pb.Resource],
+        namespace: str,
+        instrumentation: Instrumentation | None,
+        client: object,
+    ) -> None:
+        self._ack_config = ack_config
+        self._ack_retry_window = ack_retry_window
+        self._group_pb = group_pb
+        self._topic_pb = topic_pb
+        self._namespace = namespace
+        self._instrumentation = instrumentation
+        self._client = client
+        self._session: ClientSession | None = None
+        self._submit: Submit | None = None
+        self.acks: AckDriver | None = None
+        self.nacks: AckDriver | None = None
+        self.dlq: AckDriver | None = None
+        self._fifo_timers: dict[_Delivery, asyncio.TimerHandle] = {}
+        self._closing = False
+        self.consumed = 0
+        self.consume_failures = 0
+        self.nacked = 0
+        self.dead_lettered = 0
+
+    def start(self, session: ClientSession, submit: Submit) -> None:
+        """Bind to the session and the listener pool; start the three drivers (on the running loop)."""
+        self._session = session
+        self._submit = submit
+        self.acks = AckDriver("ack", AckBatcher(self._ack_config), self._send_acks, self._acks_finished)
+        self.nacks = AckDriver(
+            "nack", AckBatcher(AckConfig.unbatched()), self._send_nack, self._nacks_finished
+        )
+        # Only FIFO groups forward to the dead-letter queue themselves, and a poison message's group waits for
+        # the forward: it is retried on the FIFO schedule.
+        self.dlq = AckDriver(
+            "dlq",
+            AckBatcher(AckConfig.unbatched(backoff=FIFO_SETTLE_BACKOFF)),
+            self._send_dlq,
+            self._dlq_finished,
+        )
+
+    def drivers(self) -> list[AckDriver]:
+        return [d for d in (self.acks, self.nacks, self.dlq) if d is not None]
+
+    def set_fifo(self, fifo: bool) -> None:
+        """The server's Settings: a FIFO group's next message waits for each ack (docs/protocol.md §7.6), so
+        its acks go out without linger, on the FIFO retry schedule."""
+        if self.acks is not None:
+            self.acks.batcher.config = fifo_settle_config(self._ack_config) if fifo else self._ack_config
+
+    def stop(self) -> None:
+        """Close begins: no FIFO retry or follow-up reaches the listener pool any more."""
+        self._closing = True
+        for handle in self._fifo_timers.values():
+            handle.cancel()
+        self._fifo_timers.clear()
+
+    def retrying_by_queue(self) -> dict[_Queue, int]:
+        """The acks waiting in the retry schedule, per queue (`QueueStats.acks_retrying`)."""
+        retrying: dict[_Queue, int] = {}
+        if self.acks is not None and self.acks.batcher.stats().retrying:
+            for entry in self.acks.batcher.retrying_entries():
+                d = entry.token
+                if isinstance(d, _Delivery):
+                    retrying[d.queue] = retrying.get(d.queue, 0) + 1
+        return retrying
+
+    @property
+    def session(self) -> ClientSession:
+        if self._session is None:
+            raise RuntimeError("the consumer is not started")
+        return self._session
+
+    def on_results(self, results: list[tuple[_Delivery, bool]]) -> None:
         """All results since the last wake-up, on the loop: acks, nacks, FIFO retries.
 
         A message keeps its cache slot until its ack (nack, dead-letter forward) settles, as Java evicts from
@@ -36,9 +134,9 @@ class Results(PushState):
         the server (`_heads_settled`), as Java's `FifoConsumeService` submits the next message only when
         `eraseFifoMessage` completes (docs/protocol.md §7.6)."""
         now = time.monotonic()
-        acks = self._acks
-        assert acks is not None and self._executor is not None
-        deadline = now + self.ack_retry_window
+        acks = self.acks
+        assert acks is not None
+        deadline = now + self._ack_retry_window
         to_ack: list[tuple[AckKey, AckEntry]] = []
         failures = 0
         for d, ok in results:
@@ -59,10 +157,9 @@ class Results(PushState):
                 else:
                     self._nack(d, deadline)
         # Counters and the batcher once per burst of results, not once per message.
-        counters = self._counters
-        counters["consumed"] += len(to_ack)
+        self.consumed += len(to_ack)
         if failures:
-            counters["consume_failures"] += failures
+            self.consume_failures += failures
         if to_ack:
             acks.add_many(to_ack, now)
 
@@ -73,7 +170,7 @@ class Results(PushState):
         """The ack / forward entry of a FIFO chain head: retried until settled while its queue is assigned
         (`UNTIL_SETTLED`), else bounded by `deadline`; tracked in `q.settling` either way, so that a drop
         bounds it and its settling lets the chain go on (a dropped queue's chains are still consumed,
-        `Assignments._drop_queue`)."""
+        `AssignmentScanner._drop_queue`)."""
         entry = AckEntry(m.message_id, m.receipt_handle, deadline if q.pq.dropped else UNTIL_SETTLED, token)
         q.settling[entry] = batcher
         return entry
@@ -82,23 +179,23 @@ class Results(PushState):
         """FAILURE: ChangeInvisibleDuration by the server's backoff for this delivery attempt
         (docs/protocol.md §7.4)."""
         m = d.message
-        assert self._nacks is not None
+        assert self.nacks is not None
         delay = self.session.settings.retry_policy.next_delay(max(1, m.delivery_attempt))
         entry = AckEntry(
             m.message_id, m.receipt_handle, deadline, _Token(d.queue, m.topic, m.message_id, delay, d)
         )
         d.queue.acks_pending += 1
-        self._nacks.add(d.queue.ack_key, entry)
+        self.nacks.add(d.queue.ack_key, entry)
 
-    def _nack_unstarted(self, unstarted: list[_Delivery]) -> None:
+    def nack_unstarted(self, unstarted: list[_Delivery]) -> None:
         """Close: messages handed to the pool but never started go back to the server now, with a short
         ChangeInvisibleDuration, instead of staying invisible until the server's invisible time (60 s,
         auto-renewed) runs out. The nacks are sent while running listeners finish and are awaited with the
         acks. FIFO messages are left to the server's redelivery: nacking a group's head out of turn could only
         reorder it."""
         fifo = self.session.settings.fifo
-        deadline = time.monotonic() + self.ack_retry_window
-        assert self._nacks is not None
+        deadline = time.monotonic() + self._ack_retry_window
+        assert self.nacks is not None
         for d in unstarted:
             q = d.queue
             q.in_listener -= 1
@@ -107,7 +204,7 @@ class Results(PushState):
             m = d.message
             token = _Token(q, m.topic, m.message_id, CLOSE_NACK_DELAY, d)
             q.acks_pending += 1
-            self._nacks.add(q.ack_key, AckEntry(m.message_id, m.receipt_handle, deadline, token))
+            self.nacks.add(q.ack_key, AckEntry(m.message_id, m.receipt_handle, deadline, token))
         if not fifo:
             logger.info("close: %d received messages were not started; nacked for redelivery", len(unstarted))
 
@@ -126,28 +223,44 @@ class Results(PushState):
             self._fifo_timers[d] = loop.call_later(delay, self._fifo_retry, d)
             return
         q = d.queue
-        dlq = self._dlq
+        dlq = self.dlq
         assert dlq is not None
         token = _Token(q, m.topic, m.message_id, attempt, d)
-        entry = self._head_entry(q, m, token, now + self.ack_retry_window, dlq.batcher)
+        entry = self._head_entry(q, m, token, now + self._ack_retry_window, dlq.batcher)
         q.acks_pending += 1
         dlq.add(q.ack_key, entry)
 
     def _fifo_retry(self, d: _Delivery) -> None:
         self._fifo_timers.pop(d, None)
-        if self._closing or self._executor is None:
+        if self._closing or self._submit is None:
             return
-        # Retried even if its queue was dropped meanwhile: the proxy renews the message for this client until
-        # it is settled (`Assignments._drop_queue`), so giving it up here would hold it back until close.
+        # Retried even if its queue was dropped meanwhile: the proxy renews the message for this client
+        # until it is settled (`AssignmentScanner._drop_queue`), so giving it up here would hold it back
+        # until close.
         d.queue.in_listener += 1
-        self._executor.submit([d])
+        self._submit([d])
+
+    def corrupted(self, q: _Queue, bad: Sequence[convert.Corrupted]) -> None:
+        """Messages of `q` that failed to decode. Java: a corrupted standard message is nacked, a corrupted
+        FIFO one dead-lettered (docs/protocol.md §6.6). They never took a cache slot."""
+        logger.warning("%d corrupted message(s) from %s (%s)", len(bad), q.id, bad[0].reason)
+        settings = self.session.settings
+        for c in bad:
+            token = _Token(q, c.topic, c.message_id, 1)
+            entry = AckEntry(c.message_id, c.receipt_handle, time.monotonic() + self._ack_retry_window, token)
+            if settings.fifo:
+                assert self.dlq is not None
+                self.dlq.add(q.ack_key, entry)
+            else:
+                assert self.nacks is not None
+                self.nacks.add(q.ack_key, entry)
 
     # -- settling RPCs ------------------------------------------------------------------------------------
 
     async def _settle_call(self, operation: str, batch: AckBatch, rpc: str, request: Any) -> Any:
         """One settling RPC of `batch`, in a settle span when the consumer is instrumented."""
         endpoint = batch.key.endpoint
-        instrumentation = self.config.instrumentation
+        instrumentation = self._instrumentation
         if instrumentation is None:
             return await self.session.call(endpoint, rpc, request, ok=_ANY_CODE)
         messages = []
@@ -156,7 +269,7 @@ class Results(PushState):
             d = token if type(token) is _Delivery else getattr(token, "delivery", None)
             if isinstance(d, _Delivery):
                 messages.append(d.message)
-        span = instrumentation.settle(self, operation, batch.key.topic, messages)
+        span = instrumentation.settle(self._client, operation, batch.key.topic, messages)
         try:
             response = await self.session.call(endpoint, rpc, request, ok=_ANY_CODE)
         except BaseException as exc:
@@ -217,7 +330,7 @@ class Results(PushState):
         return results_for(batch, response.status.code)
 
     def _topic_resource(self, topic: str) -> pb.Resource:
-        return self._topic_pb.get(topic) or pb.Resource(resource_namespace=self.config.namespace, name=topic)
+        return self._topic_pb.get(topic) or pb.Resource(resource_namespace=self._namespace, name=topic)
 
     def _acks_finished(self, finished: list[tuple[AckEntry, Fate]]) -> None:
         self._release([entry.token for entry, _fate in finished])
@@ -225,11 +338,11 @@ class Results(PushState):
             self._heads_settled(finished)
 
     def _nacks_finished(self, finished: list[tuple[AckEntry, Fate]]) -> None:
-        self._counters["nacked"] += sum(1 for _entry, fate in finished if fate is Fate.ACKED)
+        self.nacked += sum(1 for _entry, fate in finished if fate is Fate.ACKED)
         self._release([entry.token for entry, _fate in finished])
 
     def _dlq_finished(self, finished: list[tuple[AckEntry, Fate]]) -> None:
-        self._counters["dead_lettered"] += sum(1 for _entry, fate in finished if fate is Fate.ACKED)
+        self.dead_lettered += sum(1 for _entry, fate in finished if fate is Fate.ACKED)
         self._release([entry.token for entry, _fate in finished])
         self._heads_settled(finished)
 
@@ -257,10 +370,10 @@ class Results(PushState):
                     q.id,
                     fate.name,
                 )
-        if follow_ups and not self._closing and self._executor is not None:
+        if follow_ups and not self._closing and self._submit is not None:
             for d in follow_ups:
                 d.queue.in_listener += 1
-            self._executor.submit(follow_ups)
+            self._submit(follow_ups)
 
     def _release(self, tokens: list[object]) -> None:
         """Settled (acked, nacked, forwarded or given up): the messages leave the cache, making room.

@@ -1,12 +1,12 @@
-"""What the parts of a `PushConsumer` share: the attributes they all use (`PushState`, set by
-`PushConsumer.__init__`), one received message (`_Delivery`), one assigned queue (`_Queue`) and what a
-nack or dead-letter entry carries (`_Token`).
+"""The records the parts of a `PushConsumer` pass between them: one received message (`_Delivery`), one
+assigned queue (`_Queue`) and what a nack or dead-letter entry carries (`_Token`), plus their constants.
 
-`PushConsumer` is built in layers, one module each, every layer using only itself and the layers below:
-`PushState` (here) <- `Results` (results.py: listener results, acks, nacks, FIFO retries and the settling
-RPCs) <- `Receiving` (receiving.py: the per-queue receive loop) <- `Assignments` (assignments.py: the
-assignment scan, creating and dropping queues) <- `PushConsumer` (thrust.push_consumer: configuration,
-start and close, statistics). The Telemetry handler is telemetry.py.
+`PushConsumer` (thrust.push_consumer: configuration, start and close ordering, statistics) composes three
+objects, each owning its own state and given only what it needs: `AssignmentScanner` (scanner.py: the
+assignment scan, the table of queues, creating, dropping and closing them), `QueueReceiver` (receiver.py:
+the per-queue receive loop, streams, decode and dispatch to the listener pool) and `Settler` (settler.py:
+listener results, acks, nacks, dead-letter forwards, FIFO retries and the cache slots they release). The
+Telemetry handler is commands.py; the RPC drivers of the batchers are `thrust._io.batching`.
 """
 
 from __future__ import annotations
@@ -14,25 +14,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable
-from typing import Any
 
 from thrust._codec.status import Code
-from thrust._consumption import ListenerExecutor, RateLimitedLog
-from thrust._core.ack import AckBatcher, AckConfig, AckEntry, AckKey
-from thrust._core.assignment import AssignmentTable, QueueId
+from thrust._core.ack import AckBatcher, AckEntry, AckKey
+from thrust._core.assignment import QueueId
 from thrust._core.endpoints import Endpoint
 from thrust._core.fifo import FifoSequencer
-from thrust._core.process_queue import ProcessQueue, QueueBudget
-from thrust._core.routes import AssignmentEndpointSelector, RouteQueue
+from thrust._core.process_queue import ProcessQueue
+from thrust._core.routes import RouteQueue
 from thrust._io.rpc import OK_OR_MULTIPLE
-from thrust._io.session import ClientSession
-from thrust._proto.apache.rocketmq.v2 import definition_pb2 as pb
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as spb
-from thrust._push.settle import BatchDriver
-from thrust.config import ClientConfig
-from thrust.errors import ThrustError
-from thrust.message import FilterExpression, ReceivedMessage
+from thrust.message import ReceivedMessage
 
 logger = logging.getLogger("thrust.consumer")
 
@@ -82,7 +74,14 @@ class _Token:
 
 
 class _Queue:
-    """The io side of one assigned queue: its `ProcessQueue` (pure), runner task and receive tasks."""
+    """The io side of one assigned queue: its `ProcessQueue` (pure), runner task and receive tasks.
+
+    A record the three parts of the consumer share, as a partition's state is in a Kafka consumer's
+    subscription state; each field has one writer. `AssignmentScanner` creates it (`id`, `route_queue`,
+    `pq`, `ack_key`, `request`, `runner`) and stops it (`halt`, `bound_settling`); `QueueReceiver` writes
+    `receivers`, `timer`, `fifo` and `received`, and counts the messages it hands to the listener into
+    `in_listener`; `Settler` writes `settling`, `acks_pending` and `consumed`, and counts results out of
+    `in_listener`. `event` is the queue's wake-up: set by whoever made room or changed the plan."""
 
     __slots__ = (
         "ack_key",
@@ -125,6 +124,19 @@ class _Queue:
     def endpoint(self) -> Endpoint:
         return self.route_queue.endpoint
 
+    def halt(self) -> None:
+        """No new receive starts (the runner sees `pq.dropped` and ends); its wake-up timer is cancelled."""
+        self.pq.drop()
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+        self.event.set()
+
+    def bound_settling(self, bound: float) -> None:
+        """The FIFO heads' acks and forwards are given up at `bound` (monotonic) at the latest."""
+        for entry, batcher in self.settling.items():
+            batcher.cap_deadline(entry, bound)
+
 
 # AckMessage / ChangeInvisibleDuration / DLQ outcomes are judged per entry by the batcher (results_for), so
 # the rpc boundary must hand back every answered status instead of raising on non-OK.
@@ -133,55 +145,3 @@ _ANY_CODE: frozenset[int] = frozenset(int(c) for c in Code) | OK_OR_MULTIPLE
 
 def _new_attempt_id() -> str:
     return str(uuid.uuid4())
-
-
-class PushState:
-    """The attributes every layer of `PushConsumer` reads; `PushConsumer.__init__` sets them all."""
-
-    config: ClientConfig
-    group: str
-    subscriptions: dict[str, FilterExpression]
-    listener: Callable[[ReceivedMessage], Any]
-    consumption_thread_count: int
-    async_concurrency: int
-    fifo_parallel_groups: bool
-    shutdown_grace: float
-    scan_interval: float
-    ack_retry_window: float
-    _receives_per_queue: int
-    _budget: QueueBudget
-    _ack_config: AckConfig
-    _session: ClientSession | None
-    _executor: ListenerExecutor[_Delivery] | None
-    _acks: BatchDriver | None
-    _nacks: BatchDriver | None
-    _dlq: BatchDriver | None
-    _table: AssignmentTable
-    _queues: dict[QueueId, _Queue]
-    # Dropped queues whose receives are still in flight (`Assignments._drop_queue`), for close to cancel.
-    _retired: set[_Queue]
-    _selector: AssignmentEndpointSelector
-    _scanners: dict[str, asyncio.Task[None]]
-    _route_changed: dict[str, asyncio.Event]
-    _fifo_timers: dict[_Delivery, asyncio.TimerHandle]
-    _start_task: asyncio.Task[None] | None
-    _close_task: asyncio.Task[None] | None
-    _closing: bool
-    _group_pb: pb.Resource
-    _topic_pb: dict[str, pb.Resource]
-    _filter_pb: dict[str, pb.FilterExpression]
-    _receive_log: RateLimitedLog
-    _scan_log: RateLimitedLog
-    _last_receive_error: ThrustError | None
-    _counters: dict[str, int]
-
-    @property
-    def client_id(self) -> str | None:
-        return self._session.client_id if self._session is not None else None
-
-    @property
-    def session(self) -> ClientSession:
-        """The underlying session (internal API, for tests and tools)."""
-        if self._session is None:
-            raise RuntimeError("the consumer is not started")
-        return self._session

@@ -7,26 +7,112 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
 
 from thrust._codec import convert
+from thrust._consumption import RateLimitedLog
 from thrust._core.ack import AckKey
-from thrust._core.assignment import QueueId
-from thrust._core.process_queue import ProcessQueue
-from thrust._core.routes import RouteQueue, TopicRoute
+from thrust._core.assignment import AssignmentTable, QueueId
+from thrust._core.process_queue import ProcessQueue, QueueBudget
+from thrust._core.routes import AssignmentEndpointSelector, RouteQueue, TopicRoute
+from thrust._core.settings import ClientSettings
+from thrust._io.session import ClientSession
+from thrust._io.tasks import Spawn
+from thrust._proto.apache.rocketmq.v2 import definition_pb2 as pb
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as spb
-from thrust._push.receiving import Receiving
-from thrust._push.state import _new_attempt_id, _Queue, logger
+from thrust._push.model import _new_attempt_id, _Queue, logger
 from thrust.errors import ThrustError
 
+# Runs one queue until it is dropped or closed (`QueueReceiver.run`).
+RunQueue = Callable[[_Queue], Coroutine[Any, Any, None]]
 
-class Assignments(Receiving):
-    """The assignment layer of `PushConsumer`."""
+
+class AssignmentScanner:
+    """Owns the assignment: the route watch and one scan task per topic, the `AssignmentTable`, the queues
+    (created with a runner task from `run_queue`, dropped, closed), the dropped queues whose receives are
+    still in flight (`_retired`), the cache budget they share, and the count of drops. Its tasks are
+    started with `spawn` (the consumer's task set). `PushConsumer` builds it with the resources it needs,
+    starts it once the session is up (`start`) and closes it (`stop`, then `close_queues`)."""
+
+    def __init__(
+        self,
+        *,
+        group: str,
+        group_pb: pb.Resource,
+        topic_pb: dict[str, pb.Resource],
+        filter_pb: dict[str, pb.FilterExpression],
+        namespace: str,
+        budget: QueueBudget,
+        receives_per_queue: int,
+        scan_interval: float,
+        ack_retry_window: float,
+        run_queue: RunQueue,
+        spawn: Spawn,
+    ) -> None:
+        self._group = group
+        self._group_pb = group_pb
+        self._topic_pb = topic_pb
+        self._filter_pb = filter_pb
+        self._namespace = namespace
+        self._budget = budget
+        self._receives_per_queue = receives_per_queue
+        self._scan_interval = scan_interval
+        self._ack_retry_window = ack_retry_window
+        self._run_queue = run_queue
+        self._spawn = spawn
+        self._session: ClientSession | None = None
+        self._table = AssignmentTable()
+        self.queues: dict[QueueId, _Queue] = {}
+        # Dropped queues whose receives are still in flight (`_drop_queue`), for close to cancel.
+        self._retired: set[_Queue] = set()
+        self._selector = AssignmentEndpointSelector()
+        self._scan_tasks: dict[str, asyncio.Task[None]] = {}
+        self._route_changed: dict[str, asyncio.Event] = {}
+        self._scan_log = RateLimitedLog(10.0, "%s; retried at the next scan")
+        self._closing = False
+        self.queues_dropped = 0
+
+    @property
+    def session(self) -> ClientSession:
+        if self._session is None:
+            raise RuntimeError("the consumer is not started")
+        return self._session
+
+    async def start(self, session: ClientSession) -> None:
+        """Watch the topics' routes, fetch them, then start one scan task per topic."""
+        self._session = session
+        topics = list(self._topic_pb)
+        self._route_changed = {t: asyncio.Event() for t in topics}
+        session.add_route_listener(self._on_route_change)
+        # Routes only: a broker slow to answer Settings must not hold up the others (bench scenario 3).
+        await asyncio.gather(*(session.route(t) for t in topics))
+        for topic in topics:
+            self._scan_tasks[topic] = self._spawn(self._scan_loop(topic), f"thrust-scan-{topic}")
+
+    def apply_settings(self, settings: ClientSettings) -> None:
+        """The server's Settings win: batch size, long polling, request timeout; FIFO queues keep one receive
+        at a time (a second receive could only come back out of order). Every queue re-plans."""
+        self._budget.apply_settings(settings)
+        self._budget.max_receives_in_flight = 1 if settings.fifo else self._receives_per_queue
+        for q in self.queues.values():
+            q.event.set()
+
+    def stop(self) -> None:
+        """Close begins: no scan applies its answer any more, and route changes are ignored."""
+        self._closing = True
+
+    def close_queues(self) -> None:
+        """Close: cancel the scans and every queue's receives (`_close_queue`), the retired ones' too.
+        The tasks are awaited (bounded) with the rest of the consumer's task set, at the end of close."""
+        for task in self._scan_tasks.values():
+            task.cancel()
+        for q in [*self.queues.values(), *self._retired]:
+            self._close_queue(q)
 
     async def _scan_loop(self, topic: str) -> None:
         """Scan `topic` every `scan_interval`, and at once when the session reports a route change."""
-        assert self._session is not None
-        session = self._session
+        session = self.session
         changed = self._route_changed[topic]
         while not self._closing:
             # Cleared before the scan: a change reported while it runs triggers the next one at once.
@@ -40,7 +126,7 @@ class Assignments(Receiving):
             except Exception:
                 logger.exception("assignment scan of %r failed", topic)
             try:
-                async with asyncio.timeout(self.scan_interval):
+                async with asyncio.timeout(self._scan_interval):
                     await changed.wait()
             except TimeoutError:
                 pass
@@ -51,12 +137,12 @@ class Assignments(Receiving):
         changed = self._route_changed.get(topic)
         if changed is None or self._closing:
             return
-        if any(q.id.topic == topic and q.endpoint not in route.endpoints for q in self._queues.values()):
+        if any(q.id.topic == topic and q.endpoint not in route.endpoints for q in self.queues.values()):
             self._apply_assignment(
                 topic,
                 [
                     q.route_queue
-                    for q in self._queues.values()
+                    for q in self.queues.values()
                     if q.id.topic == topic and q.endpoint in route.endpoints
                 ],
             )
@@ -86,33 +172,33 @@ class Assignments(Receiving):
         """Drop and create only this topic's queues (bench scenario 5b)."""
         now = time.monotonic()
         by_id = {q.id: q for q in assigned if q.topic == topic and q.readable}
-        expired = [qid for qid in self._table.queues(topic) if self._queues[qid].pq.expired(now)]
+        expired = [qid for qid in self._table.queues(topic) if self.queues[qid].pq.expired(now)]
         diff = self._table.sync(topic, by_id, expired)
         if not diff:
             return
         for qid in diff.to_drop:
-            q = self._queues.pop(qid, None)
+            q = self.queues.pop(qid, None)
             if q is not None:
                 self._drop_queue(q)
         for qid in diff.to_add:
             self._create_queue(qid, by_id[qid], now)
         self._budget.set_queue_count(len(self._table))
-        for q in self._queues.values():
+        for q in self.queues.values():
             q.event.set()  # thresholds were re-split: every queue re-plans
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug("topic %r: +%s -%s", topic, sorted(diff.to_add), sorted(diff.to_drop))
 
     def _create_queue(self, qid: QueueId, route_queue: RouteQueue, now: float) -> None:
         pq = ProcessQueue(qid, self._budget, _new_attempt_id, now)
-        q = _Queue(qid, route_queue, pq, AckKey(route_queue.endpoint, self.group, qid.topic))
+        q = _Queue(qid, route_queue, pq, AckKey(route_queue.endpoint, self._group, qid.topic))
         q.request = spb.ReceiveMessageRequest(
             group=self._group_pb,
-            message_queue=convert.message_queue_to_pb(route_queue, self.config.namespace),
+            message_queue=convert.message_queue_to_pb(route_queue, self._namespace),
             filter_expression=self._filter_pb[qid.topic],
             auto_renew=True,
         )
-        self._queues[qid] = q
-        q.runner = asyncio.get_running_loop().create_task(self._run_queue(q), name=f"thrust-queue-{qid}")
+        self.queues[qid] = q
+        q.runner = self._spawn(self._run_queue(q), f"thrust-queue-{qid}")
 
     def _drop_queue(self, q: _Queue) -> None:
         """The queue is no longer assigned (QueryAssignment stopped naming it, its endpoint left the route, or
@@ -131,22 +217,16 @@ class Assignments(Receiving):
         bug 11). `_close_queue` is the close's version, which cancels."""
         if q.pq.dropped:
             return
-        q.pq.drop()
-        self._counters["queues_dropped"] += 1
-        if q.timer is not None:
-            q.timer.cancel()
-            q.timer = None
-        q.event.set()
+        q.halt()
+        self.queues_dropped += 1
         if q.settling:
             # The heads' groups still wait for them (the chains go on once they settle), but no longer
             # without bound: Java gives a dropped queue's FIFO acks up at once (`ackFifoMessageLater`:
             # "Process queue was dropped"); an ack still spares the group a redelivery, so it keeps the
             # ordinary window.
-            bound = time.monotonic() + self.ack_retry_window
-            for entry, batcher in q.settling.items():
-                batcher.cap_deadline(entry, bound)
+            q.bound_settling(time.monotonic() + self._ack_retry_window)
         if q.receivers:
-            # Owned until they end, so that close can still cancel them (`PushConsumer.close`).
+            # Owned until they end, so that close can still cancel them (`close_queues`).
             self._retired.add(q)
             for task in q.receivers:
                 task.add_done_callback(lambda t, q=q: self._retired_receive_done(q, t))  # type: ignore[misc]
@@ -162,13 +242,9 @@ class Assignments(Receiving):
         release every handle it holds for this client after `invisibleTimeMillisWhenClear` (1 s). Messages
         already taken are still consumed and acked within the shutdown grace; FIFO messages not started
         yet are left to that redelivery, ahead of the rest of their group."""
-        q.pq.drop()
+        q.halt()
         for task in q.receivers:
             task.cancel()
-        if q.timer is not None:
-            q.timer.cancel()
-            q.timer = None
-        q.event.set()
         if q.fifo is not None:
             waiting = q.fifo.drop()
             if waiting:
@@ -176,7 +252,5 @@ class Assignments(Receiving):
                 q.pq.on_consumed(len(waiting), sum(d.nbytes for d in waiting), time.monotonic())
         if q.settling:
             # No group waits here any more: the heads' acks and forwards are bounded like any other.
-            bound = time.monotonic() + self.ack_retry_window
-            for entry, batcher in q.settling.items():
-                batcher.cap_deadline(entry, bound)
+            q.bound_settling(time.monotonic() + self._ack_retry_window)
             q.settling.clear()
