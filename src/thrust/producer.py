@@ -9,8 +9,9 @@ Why one module of ~930 lines (docs/CONVENTIONS.md): every way to send (`send`, `
 the linger batch, a transaction's half message) goes through one path, prepare -> wire -> attempts ->
 outcomes, with one retry policy, one in-flight window and one set of statistics, and a transaction's end
 and the server's check reuse its session and endpoint choice. The parts that stand alone already live
-elsewhere: validation (`_codec.validation`), queue choice (`_core.routes`), the linger batch's state
-(`_core.linger`, `_io.linger`) and latency buckets (`_core.latency`).
+elsewhere: validation (`_codec.validation`), queue choice (`_core.routes`), the decisions of each send's
+attempts (queues, readiness, isolation, retry or give up, backoff: `_core.send.SendPlan`, which `_attempts`
+drives), the linger batch's state (`_core.linger`, `_io.linger`) and latency buckets (`_core.latency`).
 """
 
 from __future__ import annotations
@@ -29,11 +30,11 @@ from thrust import errors
 from thrust._codec import convert, validation
 from thrust._codec.ids import new_message_id
 from thrust._codec.status import Code
-from thrust._core.backoff import END_TRANSACTION_ATTEMPTS, END_TRANSACTION_BACKOFF
 from thrust._core.endpoints import Endpoint
 from thrust._core.latency import LatencyRecorder, LatencySummary
 from thrust._core.linger import LingerConfig, estimate_size, lane_for, split_on_refusal
 from thrust._core.routes import QueueSelector
+from thrust._core.send import Refusal, SendPlan, end_transaction_retry_delay
 from thrust._core.settings import PRODUCER_RETRY_POLICY, ClientSettings
 from thrust._instrument import Instrumentation
 from thrust._io.linger import LingerDriver, LingerEntry, own_error
@@ -584,63 +585,67 @@ class Producer:
     async def _attempts(
         self, session: ClientSession, prepared: _Prepared, answer: Callable[[Any, _Prepared], _T]
     ) -> tuple[_T, Endpoint]:
+        """Drive the send's `SendPlan` (thrust._core.send decides queues, retries and delays): one
+        SendMessage per attempt it names, its result reported back, until a success or a final failure."""
         policy = session.settings.retry_policy
-        # Transactional messages are not retried: the half message may already exist (Java ProducerImpl).
-        attempts = 1 if prepared.transactional else policy.max_attempts
         route = await session.route(prepared.topic)
-        isolation = session.isolation
-        candidates = self._selector.candidates(
-            route, attempts, isolation, time.monotonic(), prepared.message_group
+        plan = SendPlan.for_send(
+            self._selector,
+            route,
+            policy,
+            session.isolation,
+            time.monotonic(),
+            message_type=prepared.message_type,
+            message_group=prepared.message_group,
+            transactional=prepared.transactional,
+            validate_message_type=session.settings.validate_message_type,
         )
-        if not candidates:
+        if plan.refusal is Refusal.NO_WRITABLE_QUEUE:
             raise errors.ForbiddenError(
                 f"topic {prepared.topic!r} has no writable queue", code=Code.FORBIDDEN
             )
-        if session.settings.validate_message_type:
-            kind = prepared.message_type
-            candidates = tuple(q for q in candidates if q.accepts(kind)) or candidates
-            if not candidates[0].accepts(kind):
-                raise ValidationError(
-                    f"topic {prepared.topic!r} does not accept {MessageType(kind).name} messages",
-                    code=Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
-                )
-        if not all(session.is_ready(q.endpoint) for q in candidates):
-            # Prefer brokers whose session is up: a broker still connecting (or slow to answer its
-            # Settings) must not hold sends that a healthy broker can take (bench scenario 3).
-            if not any(session.is_ready(q.endpoint) for q in candidates):
-                await session.wait_any_ready({q.endpoint for q in candidates})
-            ready = tuple(q for q in candidates if session.is_ready(q.endpoint))
-            if prepared.message_group is None:
-                candidates = ready + tuple(q for q in candidates if q not in ready)
-        # With another broker to try, a broker whose channel cannot connect fails the attempt at once and
-        # the retry goes elsewhere; with one, the attempt waits for its connection within its deadline.
-        single_endpoint = len({q.endpoint for q in candidates}) == 1
-        attempt = 1
+        if plan.refusal is Refusal.TYPE_NOT_ACCEPTED:
+            kind = MessageType(prepared.message_type).name
+            raise ValidationError(
+                f"topic {prepared.topic!r} does not accept {kind} messages",
+                code=Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+            )
+        wait = plan.prefer_ready(session.is_ready)
+        if wait:
+            await session.wait_any_ready(wait)
+            plan.prefer_ready(session.is_ready)
         while True:
-            endpoint = candidates[(attempt - 1) % len(candidates)].endpoint
+            attempt = plan.next_attempt()
+            endpoint = attempt.endpoint
             try:
                 response = await session.call(
                     endpoint,
                     "SendMessage",
                     prepared.request,
                     ok=OK_OR_MULTIPLE,
-                    wait_for_connection=single_endpoint,
+                    wait_for_connection=attempt.wait_for_connection,
                 )
                 result = answer(response, prepared)
-                isolation.on_success(endpoint)
+                plan.on_success(attempt)
                 return result, endpoint
             except ThrustError as exc:
-                if isinstance(exc, errors.ConnectionError | errors.TimeoutError):
-                    # Skip an endpoint that fails at the transport level for a while (docs/protocol.md §5.6).
-                    isolation.isolate(endpoint, time.monotonic())
-                if not exc.retriable or attempt >= attempts or self._closed:
+                delay = plan.on_failure(
+                    attempt,
+                    retriable=exc.retriable,
+                    transport=isinstance(exc, errors.ConnectionError | errors.TimeoutError),
+                    closing=self._closed,
+                    now=time.monotonic(),
+                )
+                if delay is None:
                     raise
-                delay = policy.next_delay(attempt)
                 if logger.isEnabledFor(logging.DEBUG):
                     logger.debug(
-                        "send attempt %d to %s failed (%s); retrying in %.3fs", attempt, endpoint, exc, delay
+                        "send attempt %d to %s failed (%s); retrying in %.3fs",
+                        attempt.number,
+                        endpoint,
+                        exc,
+                        delay,
                     )
-                attempt += 1
                 self._retries += 1
                 if delay > 0:
                     await asyncio.sleep(delay)
@@ -740,17 +745,16 @@ class Producer:
             resolution=pb.COMMIT if resolution is TransactionResolution.COMMIT else pb.ROLLBACK,
             source=source,  # type: ignore[arg-type]
         )
-        # Retried on retriable failures (bounded, capped backoff: thrust._core.backoff); a refusal such as
-        # INVALID_TRANSACTION_ID is final. The server's transaction check remains the last resort.
+        # Retried on retriable failures, bounded (thrust._core.send.end_transaction_retry_delay decides).
         attempt = 1
         while True:
             try:
                 await session.call(endpoint, "EndTransaction", request)
                 return
             except ThrustError as exc:
-                if not exc.retriable or attempt >= END_TRANSACTION_ATTEMPTS or session.closed:
+                delay = end_transaction_retry_delay(attempt, retriable=exc.retriable, closed=session.closed)
+                if delay is None:
                     raise
-                delay = END_TRANSACTION_BACKOFF.delay(attempt)
                 logger.info(
                     "EndTransaction of %s failed (%s); attempt %d in %.2fs",
                     message_id,
