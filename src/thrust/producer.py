@@ -38,7 +38,7 @@ from thrust._core.send import Refusal, SendPlan, end_transaction_retry_delay
 from thrust._core.settings import PRODUCER_RETRY_POLICY, ClientSettings
 from thrust._instrument import Instrumentation
 from thrust._io.linger import LingerDriver, LingerEntry, own_error
-from thrust._io.rpc import OK_OR_MULTIPLE
+from thrust._io.rpc import OK_OR_MULTIPLE, status_error
 from thrust._io.session import ClientSession
 from thrust._io.telemetry import TelemetryHandler
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as pb
@@ -535,11 +535,11 @@ class Producer:
         return (await self._send_with_endpoint(session, prepared, self._receipts))[0]
 
     async def _send_with_endpoint(
-        self, session: ClientSession, prepared: _Prepared, answer: Callable[[Any, _Prepared], _T]
+        self, session: ClientSession, prepared: _Prepared, answer: Callable[[Any, _Prepared, str | None], _T]
     ) -> tuple[_T, Endpoint]:
-        """Send `prepared` with retries; `answer(response, prepared)` turns the response into the result
-        (and raises for a failure that the retry policy should see). Counted in `stats()`, and reported
-        to the instrumentation, if any, as one send span whose context travels in every message."""
+        """Send `prepared` with retries; `answer(response, prepared, request_id)` turns the response into
+        the result (and raises for a failure that the retry policy should see). Counted in `stats()`, and
+        reported to the instrumentation, if any, as one send span whose context travels in every message."""
         instrumentation = self._instrumentation
         span = None
         if instrumentation is not None:
@@ -583,7 +583,7 @@ class Producer:
         return result
 
     async def _attempts(
-        self, session: ClientSession, prepared: _Prepared, answer: Callable[[Any, _Prepared], _T]
+        self, session: ClientSession, prepared: _Prepared, answer: Callable[[Any, _Prepared, str | None], _T]
     ) -> tuple[_T, Endpoint]:
         """Drive the send's `SendPlan` (thrust._core.send decides queues, retries and delays): one
         SendMessage per attempt it names, its result reported back, until a success or a final failure."""
@@ -618,14 +618,15 @@ class Producer:
             attempt = plan.next_attempt()
             endpoint = attempt.endpoint
             try:
-                response = await session.call(
+                response, request_id = await session.call(
                     endpoint,
                     "SendMessage",
                     prepared.request,
                     ok=OK_OR_MULTIPLE,
                     wait_for_connection=attempt.wait_for_connection,
+                    with_request_id=True,
                 )
-                result = answer(response, prepared)
+                result = answer(response, prepared, request_id)
                 plan.on_success(attempt)
                 return result, endpoint
             except ThrustError as exc:
@@ -651,28 +652,33 @@ class Producer:
                     await asyncio.sleep(delay)
 
     @staticmethod
-    def _receipts(response: Any, prepared: _Prepared) -> list[SendReceipt]:
+    def _receipts(response: Any, prepared: _Prepared, request_id: str | None) -> list[SendReceipt]:
         """One receipt per message; the first refused entry's error is raised (and seen by the retry
         policy), as `send_batch` promises."""
         receipts = []
-        for outcome in Producer._outcomes(response, prepared):
+        for outcome in Producer._outcomes(response, prepared, request_id):
             if isinstance(outcome, ThrustError):
                 raise outcome
             receipts.append(outcome)
         return receipts
 
     @staticmethod
-    def _batch_outcomes(response: Any, prepared: _Prepared) -> list[SendReceipt | ThrustError]:
+    def _batch_outcomes(
+        response: Any, prepared: _Prepared, request_id: str | None
+    ) -> list[SendReceipt | ThrustError]:
         """`_outcomes`, but a request that failed for every message (the one entry of a batch, or every
         entry) raises, so that the retry policy and the split on refusal see it."""
-        outcomes = Producer._outcomes(response, prepared)
+        outcomes = Producer._outcomes(response, prepared, request_id)
         if all(isinstance(o, ThrustError) for o in outcomes):
             raise outcomes[0]  # type: ignore[misc]
         return outcomes
 
     @staticmethod
-    def _outcomes(response: Any, prepared: _Prepared) -> list[SendReceipt | ThrustError]:
-        """One outcome per message of `prepared`: its receipt or its own error (the linger batch)."""
+    def _outcomes(
+        response: Any, prepared: _Prepared, request_id: str | None
+    ) -> list[SendReceipt | ThrustError]:
+        """One outcome per message of `prepared`: its receipt or its own error (the linger batch), which
+        carries the request id of the SendMessage that refused it."""
         entries = response.entries
         ids = prepared.message_ids
         if len(entries) == 1 and len(ids) > 1:
@@ -684,8 +690,8 @@ class Producer:
             # (MQClientAPIImpl.processSendResponse). The batch went to one queue at consecutive
             # offsets, and each message carries the id we set (its UNIQ_KEY), which consumers see.
             [entry] = entries
-            if entry.status.code != Code.OK:
-                error = errors.error_for_status(entry.status.code, entry.status.message)
+            error = status_error(entry.status, request_id)
+            if error is not None:
                 return [error, *(own_error(error) for _ in ids[1:])]
             return [
                 SendReceipt(
@@ -701,15 +707,15 @@ class Producer:
             raise errors.InternalError(
                 f"SendMessage answered {len(entries)} entries for {len(ids)} messages",
                 code=Code.INTERNAL_SERVER_ERROR,
+                request_id=request_id,
                 retriable=False,
             )
         outcomes: list[SendReceipt | ThrustError] = []
         for entry, message_id in zip(entries, ids, strict=True):
-            code = entry.status.code
-            if code != Code.OK:
-                outcomes.append(errors.error_for_status(code, entry.status.message))
-            else:
-                outcomes.append(convert.send_receipt(entry, prepared.topic, message_id))
+            error = status_error(entry.status, request_id)
+            outcomes.append(
+                convert.send_receipt(entry, prepared.topic, message_id) if error is None else error
+            )
         return outcomes
 
     # -- transactions ------------------------------------------------------------------------------

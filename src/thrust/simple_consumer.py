@@ -32,6 +32,7 @@ from thrust._core.receive_balancer import ReceiveBalancer
 from thrust._core.routes import RouteQueue
 from thrust._core.settings import ClientSettings, receive_deadline
 from thrust._instrument import Instrumentation
+from thrust._io.rpc import OK_OR_MULTIPLE, status_error
 from thrust._io.session import ClientSession
 from thrust._io.telemetry import TelemetryHandler
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as pb
@@ -42,7 +43,6 @@ from thrust.errors import (
     ForbiddenError,
     ThrustError,
     ValidationError,
-    error_for_status,
     validation_error,
 )
 from thrust.message import FilterExpression, ReceivedMessage
@@ -442,8 +442,10 @@ class SimpleConsumer:
         if self._instrumentation is not None:
             span = self._instrumentation.settle(self, "ack", message.topic, (message,))
         try:
-            response = await session.call(endpoint, "AckMessage", request, ok=_ANY_STATUS)
-            _raise_for_entries(response)
+            response, request_id = await session.call(
+                endpoint, "AckMessage", request, ok=_ANY_STATUS, with_request_id=True
+            )
+            _raise_for_entries(response, request_id)
         except BaseException as exc:
             self._counters["ack_failures"] += 1
             if span is not None:
@@ -480,7 +482,9 @@ class SimpleConsumer:
             if self._instrumentation is not None:
                 span = self._instrumentation.settle(self, "ack", topic, [messages[i] for i in indexes])
             try:
-                response = await session.call(endpoint, "AckMessage", request, ok=_ANY_STATUS)
+                response, request_id = await session.call(
+                    endpoint, "AckMessage", request, ok=_ANY_STATUS, with_request_id=True
+                )
             except ThrustError as exc:
                 for i in indexes:
                     results[i] = exc
@@ -491,10 +495,10 @@ class SimpleConsumer:
             top = response.status
             first: ThrustError | None = None
             for i in indexes:
-                status = by_handle.get(messages[i].receipt_handle, top)
-                if status.code != Code.OK:
-                    results[i] = error_for_status(status.code, status.message)
-                    first = first or results[i]
+                error = status_error(by_handle.get(messages[i].receipt_handle, top), request_id)
+                if error is not None:
+                    results[i] = error
+                    first = first or error
             if span is not None:
                 span.end(endpoint, first)
 
@@ -577,13 +581,14 @@ def _endpoint_of(message: ReceivedMessage, session: ClientSession) -> Endpoint:
     return message.endpoint or session.access_point
 
 
-def _raise_for_entries(response: Any) -> None:
+def _raise_for_entries(response: Any, request_id: str | None) -> None:
     for entry in response.entries:
-        if entry.status.code != Code.OK:
-            raise error_for_status(entry.status.code, entry.status.message)
-    status = response.status
-    if status.code not in (Code.OK, Code.MULTIPLE_RESULTS):
-        raise error_for_status(status.code, status.message)
+        error = status_error(entry.status, request_id)
+        if error is not None:
+            raise error
+    error = status_error(response.status, request_id, OK_OR_MULTIPLE)
+    if error is not None:
+        raise error
 
 
 class _ConsumerTelemetry(TelemetryHandler):
