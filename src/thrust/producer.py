@@ -27,6 +27,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from thrust import errors
+from thrust._client import check, client_config
 from thrust._codec import convert, validation
 from thrust._codec.ids import new_message_id
 from thrust._codec.status import Code
@@ -57,19 +58,6 @@ TransactionChecker = Callable[[ReceivedMessage], "TransactionResolution | Awaita
 _BORN_HOST = socket.gethostname()
 
 _T = TypeVar("_T")
-
-
-def _config(
-    config: ClientConfig | None, endpoints: str | Iterable[str] | None, **kwargs: Any
-) -> ClientConfig:
-    if config is not None:
-        if endpoints is not None:
-            raise ValueError("give either config= or endpoints=, not both")
-        changes = {k: v for k, v in kwargs.items() if v is not None}
-        return config.replace(**changes) if changes else config
-    if endpoints is None:
-        raise ValueError("endpoints= (or config=) is required")
-    return ClientConfig(endpoints, **{k: v for k, v in kwargs.items() if v is not None})
 
 
 class _Prepared:
@@ -187,7 +175,7 @@ class Producer:
         batch_max_pending: int = 8192,
         batch_max_pending_bytes: int = 32 << 20,
     ) -> None:
-        self.config = _config(
+        self.config = client_config(
             config,
             endpoints,
             namespace=namespace,
@@ -202,7 +190,7 @@ class Producer:
             raise ValueError("max_in_flight must be >= 1")
         self._topics = list(dict.fromkeys(topics))
         for topic in self._topics:
-            _check(validation.check_topic, topic)
+            check(validation.check_topic, topic)
         self._max_attempts = max_attempts
         self._max_in_flight = max_in_flight
         # Validated now, so that a bad option fails at construction; the driver starts with the producer.
@@ -425,7 +413,7 @@ class Producer:
 
     def _prepare(self, messages: list[Message], session: ClientSession, *, transactional: bool) -> _Prepared:
         topic = messages[0].topic
-        _check(validation.check_topic, topic)
+        check(validation.check_topic, topic)
         settings = session.settings
         now = time.time()
         _check_batch(messages)
@@ -479,7 +467,7 @@ class Producer:
             return None
         topic = message.topic
         if topic not in self._valid_topics:
-            _check(validation.check_topic, topic)
+            check(validation.check_topic, topic)
             if len(self._valid_topics) >= 1024:  # bounded: a producer of many topics re-checks them
                 self._valid_topics.clear()
             self._valid_topics.add(topic)
@@ -810,7 +798,7 @@ class Producer:
         """Recall (cancel) a delay message before its delivery time; returns its message id.
 
         `recall_handle` comes from the `SendReceipt` of the delay message."""
-        _check(validation.check_topic, topic)
+        check(validation.check_topic, topic)
         if not recall_handle:
             raise ValidationError("recall_handle is empty", code=Code.BAD_REQUEST)
         session = await self._ready()
@@ -904,14 +892,6 @@ class _ProducerTelemetry(TelemetryHandler):
         await self._producer._check_transaction(endpoint, command)
 
 
-def _check(fn: Callable[..., None], *args: Any, **kwargs: Any) -> None:
-    """Run a validation check, raising the public ValidationError with the proxy's status code."""
-    try:
-        fn(*args, **kwargs)
-    except validation.Invalid as exc:
-        raise validation_error(exc.message, exc.code) from None
-
-
 def _checked_id(m: Message, max_body_size: int, now: float) -> str:
     """A new message id for `m`, once `m` passed the per-message checks of the proxy that `Message` could
     not make when it was built (`validation.check_new_message` made the others): the body against the
@@ -961,4 +941,4 @@ def _check_type(message: Message, transactional: bool) -> None:
             "message group (FIFO), delivery time (DELAY), priority and transactions are exclusive",
             code=Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
         )
-    _check(validation.check_priority, message.priority)
+    check(validation.check_priority, message.priority)

@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
+from thrust._client import check, client_config
 from thrust._codec import convert, validation
 from thrust._codec.filter import check_filter
 from thrust._codec.status import Code
@@ -46,7 +47,6 @@ from thrust.errors import (
     validation_error,
 )
 from thrust.message import FilterExpression, ReceivedMessage
-from thrust.producer import _check, _config
 
 __all__ = ["SimpleConsumer", "SimpleConsumerStats"]
 
@@ -123,7 +123,7 @@ class SimpleConsumer:
         await_duration: float = 20.0,
         invisible_duration: float = 30.0,
     ) -> None:
-        self.config = _config(
+        self.config = client_config(
             config,
             endpoints,
             namespace=namespace,
@@ -132,11 +132,11 @@ class SimpleConsumer:
             request_timeout=request_timeout,
             instrumentation=instrumentation,
         )
-        _check(validation.check_group, group)
+        check(validation.check_group, group)
         self.group = group
         self._subscriptions: dict[str, FilterExpression] = {}
         for topic, expr in subscriptions.items():
-            _check(validation.check_topic, topic)
+            check(validation.check_topic, topic)
             self._subscriptions[topic] = _checked_filter(expr)
         if not 0 < await_duration <= 3600:
             # A ValidationError as the invisible duration's below (also a ValueError): the proxy clamps the
@@ -145,7 +145,7 @@ class SimpleConsumer:
             raise ValidationError(
                 "await_duration must be in (0, 3600] seconds", code=Code.ILLEGAL_POLLING_TIME
             )
-        _check(validation.check_receive_invisible_duration, float(invisible_duration))
+        check(validation.check_receive_invisible_duration, float(invisible_duration))
         self.await_duration = float(await_duration)
         self.invisible_duration = float(invisible_duration)
         if self.await_duration < validation.MIN_POLLING_SECONDS:
@@ -281,7 +281,7 @@ class SimpleConsumer:
 
     async def subscribe(self, topic: str, expression: str | FilterExpression = "*") -> None:
         """Add or change a subscription (the route is fetched now, so an unknown topic fails here)."""
-        _check(validation.check_topic, topic)
+        check(validation.check_topic, topic)
         checked = _checked_filter(expression)
         session = await self._ready()
         await session.route(topic)
@@ -356,7 +356,7 @@ class SimpleConsumer:
         if not 1 <= max_messages <= MAX_BATCH:
             raise ValidationError(f"max_messages must be in 1..{MAX_BATCH}", code=Code.BAD_REQUEST)
         invisible = self.invisible_duration if invisible_duration is None else float(invisible_duration)
-        _check(validation.check_receive_invisible_duration, invisible)
+        check(validation.check_receive_invisible_duration, invisible)
         session = await self._ready()
         topic, queue = await self._pick(session)
         request = spb.ReceiveMessageRequest(
@@ -513,7 +513,7 @@ class SimpleConsumer:
 
         The server answers with a new receipt handle, which replaces `message.receipt_handle`; the old one
         no longer works (docs/protocol.md §7.4). The next delivery counts as a new attempt."""
-        _check(validation.check_change_invisible_duration, float(seconds))
+        check(validation.check_change_invisible_duration, float(seconds))
         session = await self._ready()
         endpoint = _endpoint_of(message, session)
         request = spb.ChangeInvisibleDurationRequest(
