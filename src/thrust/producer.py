@@ -41,6 +41,7 @@ from thrust._instrument import Instrumentation
 from thrust._io.linger import LingerDriver, LingerEntry, own_error
 from thrust._io.rpc import OK_OR_MULTIPLE, status_error
 from thrust._io.session import ClientSession
+from thrust._io.tasks import TaskOwner
 from thrust._io.telemetry import TelemetryHandler
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as pb
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as spb
@@ -213,7 +214,8 @@ class Producer:
         self._recovery = transaction_recovery
         self._session: ClientSession | None = None
         self._window: asyncio.Semaphore | None = None
-        self._pending: set[asyncio.Task[Any]] = set()
+        # The send_async() sends; as many as the window allows, so at most max_in_flight.
+        self._send_tasks = TaskOwner(limit=max_in_flight)
         self._selector = QueueSelector()
         self._start_task: asyncio.Task[None] | None = None
         self._closed = False
@@ -315,13 +317,11 @@ class Producer:
         if linger is not None:
             # Queued batches go out now; what is not answered within the bound fails with ClientClosedError.
             await linger.close(max(0.0, timeout * 0.6))
-        if self._pending:
-            left = max(0.0, deadline - time.monotonic() - timeout * 0.4)
-            _, pending = await asyncio.wait(set(self._pending), timeout=left)
-            for task in pending:
-                task.cancel()
-            if pending:
-                await asyncio.wait(pending, timeout=0.5)
+        sends = self._send_tasks
+        if len(sends):
+            await sends.wait(deadline - time.monotonic() - timeout * 0.4)
+        # Those still running at the bound are cancelled (their callers get ClientClosedError).
+        await sends.aclose(0.5)
         session, self._session = self._session, None
         if session is not None:
             await session.close(max(0.1, deadline - time.monotonic()))
@@ -384,8 +384,11 @@ class Producer:
         window = self._window
         assert window is not None
         await window.acquire()
-        task = asyncio.get_running_loop().create_task(self._send_one(session, prepared))
-        self._pending.add(task)
+        try:
+            task = self._send_tasks.spawn(self._send_one(session, prepared), "thrust-send")
+        except RuntimeError:  # close() began while this waited for a slot
+            window.release()
+            raise ClientClosedError("the producer is closed") from None
         task.add_done_callback(self._sent)
         return task
 
@@ -393,7 +396,6 @@ class Producer:
         return (await self._send_prepared(session, prepared))[0]
 
     def _sent(self, task: asyncio.Task[Any]) -> None:
-        self._pending.discard(task)
         assert self._window is not None
         self._window.release()
 
