@@ -244,7 +244,8 @@ class _SyncClient:
 
 
 class Producer(_SyncClient):
-    """Blocking `thrust.Producer`; the same keyword options (see `thrust.Producer`).
+    """Blocking `thrust.Producer`; it takes exactly the arguments of [`thrust.Producer`][thrust.Producer]
+    (its signature is that one's, for type checkers and `help()` too).
 
     ```
     with thrust.sync.Producer(endpoints="127.0.0.1:8081", topics=["t"]) as p:
@@ -359,7 +360,8 @@ class _SyncSettler:
 
 
 class SimpleConsumer(_SyncClient):
-    """Blocking `thrust.SimpleConsumer`; the same keyword options (`await_duration` below the server's 5 s
+    """Blocking `thrust.SimpleConsumer`; it takes exactly the arguments of
+    [`thrust.SimpleConsumer`][thrust.SimpleConsumer] (`await_duration` below the server's 5 s
     minimum long poll becomes 5 s, with one warning at construction, as there).
 
     ```
