@@ -320,7 +320,7 @@ class Producer:
         sends = self._send_tasks
         if len(sends):
             await sends.wait(deadline - time.monotonic() - timeout * 0.4)
-        # Those still running at the bound are cancelled (their callers get ClientClosedError).
+        # Those still running at the bound are cancelled and awaited (bounded too).
         await sends.aclose(0.5)
         session, self._session = self._session, None
         if session is not None:
