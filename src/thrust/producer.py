@@ -9,8 +9,9 @@ Why one module of ~930 lines (docs/CONVENTIONS.md): every way to send (`send`, `
 the linger batch, a transaction's half message) goes through one path, prepare -> wire -> attempts ->
 outcomes, with one retry policy, one in-flight window and one set of statistics, and a transaction's end
 and the server's check reuse its session and endpoint choice. The parts that stand alone already live
-elsewhere: validation (`_codec.validation`), queue choice (`_core.routes`), the linger batch's state
-(`_core.linger`, `_io.batching`) and latency buckets (`_core.latency`).
+elsewhere: validation (`_codec.validation`), queue choice (`_core.routes`), the decisions of each send's
+attempts (queues, readiness, isolation, retry or give up, backoff: `_core.send.SendPlan`, which `_attempts`
+drives), the linger batch's state (`_core.linger`, `_io.batching`) and latency buckets (`_core.latency`).
 """
 
 from __future__ import annotations
@@ -26,19 +27,21 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from thrust import errors
+from thrust._client import check, client_config
 from thrust._codec import convert, validation
 from thrust._codec.ids import new_message_id
 from thrust._codec.status import Code
-from thrust._core.backoff import END_TRANSACTION_ATTEMPTS, END_TRANSACTION_BACKOFF
 from thrust._core.endpoints import Endpoint
 from thrust._core.latency import LatencyRecorder, LatencySummary
 from thrust._core.linger import LingerConfig, estimate_size, lane_for, split_on_refusal
 from thrust._core.routes import QueueSelector
+from thrust._core.send import Refusal, SendPlan, end_transaction_retry_delay
 from thrust._core.settings import PRODUCER_RETRY_POLICY, ClientSettings
 from thrust._instrument import Instrumentation
 from thrust._io.batching import LingerDriver, LingerEntry, own_error
-from thrust._io.rpc import OK_OR_MULTIPLE
+from thrust._io.rpc import OK_OR_MULTIPLE, status_error
 from thrust._io.session import ClientSession
+from thrust._io.tasks import TaskSet
 from thrust._io.telemetry import TelemetryHandler
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as pb
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as spb
@@ -56,19 +59,6 @@ TransactionChecker = Callable[[ReceivedMessage], "TransactionResolution | Awaita
 _BORN_HOST = socket.gethostname()
 
 _T = TypeVar("_T")
-
-
-def _config(
-    config: ClientConfig | None, endpoints: str | Iterable[str] | None, **kwargs: Any
-) -> ClientConfig:
-    if config is not None:
-        if endpoints is not None:
-            raise ValueError("give either config= or endpoints=, not both")
-        changes = {k: v for k, v in kwargs.items() if v is not None}
-        return config.replace(**changes) if changes else config
-    if endpoints is None:
-        raise ValueError("endpoints= (or config=) is required")
-    return ClientConfig(endpoints, **{k: v for k, v in kwargs.items() if v is not None})
 
 
 class _Prepared:
@@ -186,7 +176,7 @@ class Producer:
         batch_max_pending: int = 8192,
         batch_max_pending_bytes: int = 32 << 20,
     ) -> None:
-        self.config = _config(
+        self.config = client_config(
             config,
             endpoints,
             namespace=namespace,
@@ -201,7 +191,7 @@ class Producer:
             raise ValueError("max_in_flight must be >= 1")
         self._topics = list(dict.fromkeys(topics))
         for topic in self._topics:
-            _check(validation.check_topic, topic)
+            check(validation.check_topic, topic)
         self._max_attempts = max_attempts
         self._max_in_flight = max_in_flight
         # Validated now, so that a bad option fails at construction; the driver starts with the producer.
@@ -224,7 +214,8 @@ class Producer:
         self._recovery = transaction_recovery
         self._session: ClientSession | None = None
         self._window: asyncio.Semaphore | None = None
-        self._pending: set[asyncio.Task[Any]] = set()
+        # The send_async() sends; as many as the window allows, so at most max_in_flight.
+        self._send_tasks = TaskSet(limit=max_in_flight)
         self._selector = QueueSelector()
         self._start_task: asyncio.Task[None] | None = None
         self._closed = False
@@ -326,13 +317,11 @@ class Producer:
         if linger is not None:
             # Queued batches go out now; what is not answered within the bound fails with ClientClosedError.
             await linger.close(max(0.0, timeout * 0.6))
-        if self._pending:
-            left = max(0.0, deadline - time.monotonic() - timeout * 0.4)
-            _, pending = await asyncio.wait(set(self._pending), timeout=left)
-            for task in pending:
-                task.cancel()
-            if pending:
-                await asyncio.wait(pending, timeout=0.5)
+        sends = self._send_tasks
+        if len(sends):
+            await sends.wait(deadline - time.monotonic() - timeout * 0.4)
+        # Those still running at the bound are cancelled and awaited (bounded too).
+        await sends.aclose(0.5)
         session, self._session = self._session, None
         if session is not None:
             await session.close(max(0.1, deadline - time.monotonic()))
@@ -395,8 +384,10 @@ class Producer:
         window = self._window
         assert window is not None
         await window.acquire()
-        task = asyncio.get_running_loop().create_task(self._send_one(session, prepared))
-        self._pending.add(task)
+        if self._send_tasks.closed:  # close() began while this waited for a slot
+            window.release()
+            raise ClientClosedError("the producer is closed")
+        task = self._send_tasks.spawn(self._send_one(session, prepared), "thrust-send")
         task.add_done_callback(self._sent)
         return task
 
@@ -404,7 +395,6 @@ class Producer:
         return (await self._send_prepared(session, prepared))[0]
 
     def _sent(self, task: asyncio.Task[Any]) -> None:
-        self._pending.discard(task)
         assert self._window is not None
         self._window.release()
 
@@ -424,7 +414,7 @@ class Producer:
 
     def _prepare(self, messages: list[Message], session: ClientSession, *, transactional: bool) -> _Prepared:
         topic = messages[0].topic
-        _check(validation.check_topic, topic)
+        check(validation.check_topic, topic)
         settings = session.settings
         now = time.time()
         _check_batch(messages)
@@ -478,7 +468,7 @@ class Producer:
             return None
         topic = message.topic
         if topic not in self._valid_topics:
-            _check(validation.check_topic, topic)
+            check(validation.check_topic, topic)
             if len(self._valid_topics) >= 1024:  # bounded: a producer of many topics re-checks them
                 self._valid_topics.clear()
             self._valid_topics.add(topic)
@@ -534,11 +524,11 @@ class Producer:
         return (await self._send_with_endpoint(session, prepared, self._receipts))[0]
 
     async def _send_with_endpoint(
-        self, session: ClientSession, prepared: _Prepared, answer: Callable[[Any, _Prepared], _T]
+        self, session: ClientSession, prepared: _Prepared, answer: Callable[[Any, _Prepared, str | None], _T]
     ) -> tuple[_T, Endpoint]:
-        """Send `prepared` with retries; `answer(response, prepared)` turns the response into the result
-        (and raises for a failure that the retry policy should see). Counted in `stats()`, and reported
-        to the instrumentation, if any, as one send span whose context travels in every message."""
+        """Send `prepared` with retries; `answer(response, prepared, request_id)` turns the response into
+        the result (and raises for a failure that the retry policy should see). Counted in `stats()`, and
+        reported to the instrumentation, if any, as one send span whose context travels in every message."""
         instrumentation = self._instrumentation
         span = None
         if instrumentation is not None:
@@ -582,92 +572,102 @@ class Producer:
         return result
 
     async def _attempts(
-        self, session: ClientSession, prepared: _Prepared, answer: Callable[[Any, _Prepared], _T]
+        self, session: ClientSession, prepared: _Prepared, answer: Callable[[Any, _Prepared, str | None], _T]
     ) -> tuple[_T, Endpoint]:
+        """Drive the send's `SendPlan` (thrust._core.send decides queues, retries and delays): one
+        SendMessage per attempt it names, its result reported back, until a success or a final failure."""
         policy = session.settings.retry_policy
-        # Transactional messages are not retried: the half message may already exist (Java ProducerImpl).
-        attempts = 1 if prepared.transactional else policy.max_attempts
         route = await session.route(prepared.topic)
-        isolation = session.isolation
-        candidates = self._selector.candidates(
-            route, attempts, isolation, time.monotonic(), prepared.message_group
+        plan = SendPlan.for_send(
+            self._selector,
+            route,
+            policy,
+            session.isolation,
+            time.monotonic(),
+            message_type=prepared.message_type,
+            message_group=prepared.message_group,
+            transactional=prepared.transactional,
+            validate_message_type=session.settings.validate_message_type,
         )
-        if not candidates:
+        if plan.refusal is Refusal.NO_WRITABLE_QUEUE:
             raise errors.ForbiddenError(
                 f"topic {prepared.topic!r} has no writable queue", code=Code.FORBIDDEN
             )
-        if session.settings.validate_message_type:
-            kind = prepared.message_type
-            candidates = tuple(q for q in candidates if q.accepts(kind)) or candidates
-            if not candidates[0].accepts(kind):
-                raise ValidationError(
-                    f"topic {prepared.topic!r} does not accept {MessageType(kind).name} messages",
-                    code=Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
-                )
-        if not all(session.is_ready(q.endpoint) for q in candidates):
-            # Prefer brokers whose session is up: a broker still connecting (or slow to answer its
-            # Settings) must not hold sends that a healthy broker can take (bench scenario 3).
-            if not any(session.is_ready(q.endpoint) for q in candidates):
-                await session.wait_any_ready({q.endpoint for q in candidates})
-            ready = tuple(q for q in candidates if session.is_ready(q.endpoint))
-            if prepared.message_group is None:
-                candidates = ready + tuple(q for q in candidates if q not in ready)
-        # With another broker to try, a broker whose channel cannot connect fails the attempt at once and
-        # the retry goes elsewhere; with one, the attempt waits for its connection within its deadline.
-        single_endpoint = len({q.endpoint for q in candidates}) == 1
-        attempt = 1
+        if plan.refusal is Refusal.TYPE_NOT_ACCEPTED:
+            kind = MessageType(prepared.message_type).name
+            raise ValidationError(
+                f"topic {prepared.topic!r} does not accept {kind} messages",
+                code=Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+            )
+        wait = plan.prefer_ready(session.is_ready)
+        if wait:
+            await session.wait_any_ready(wait)
+            plan.prefer_ready(session.is_ready)
         while True:
-            endpoint = candidates[(attempt - 1) % len(candidates)].endpoint
+            attempt = plan.next_attempt()
+            endpoint = attempt.endpoint
             try:
-                response = await session.call(
+                response, request_id = await session.call(
                     endpoint,
                     "SendMessage",
                     prepared.request,
                     ok=OK_OR_MULTIPLE,
-                    wait_for_connection=single_endpoint,
+                    wait_for_connection=attempt.wait_for_connection,
+                    with_request_id=True,
                 )
-                result = answer(response, prepared)
-                isolation.on_success(endpoint)
+                result = answer(response, prepared, request_id)
+                plan.on_success(attempt)
                 return result, endpoint
             except ThrustError as exc:
-                if isinstance(exc, errors.ConnectionError | errors.TimeoutError):
-                    # Skip an endpoint that fails at the transport level for a while (docs/protocol.md §5.6).
-                    isolation.isolate(endpoint, time.monotonic())
-                if not exc.retriable or attempt >= attempts or self._closed:
+                delay = plan.on_failure(
+                    attempt,
+                    retriable=exc.retriable,
+                    transport=isinstance(exc, errors.ConnectionError | errors.TimeoutError),
+                    closing=self._closed,
+                    now=time.monotonic(),
+                )
+                if delay is None:
                     raise
-                delay = policy.next_delay(attempt)
                 if logger.isEnabledFor(logging.DEBUG):
                     logger.debug(
-                        "send attempt %d to %s failed (%s); retrying in %.3fs", attempt, endpoint, exc, delay
+                        "send attempt %d to %s failed (%s); retrying in %.3fs",
+                        attempt.number,
+                        endpoint,
+                        exc,
+                        delay,
                     )
-                attempt += 1
                 self._retries += 1
                 if delay > 0:
                     await asyncio.sleep(delay)
 
     @staticmethod
-    def _receipts(response: Any, prepared: _Prepared) -> list[SendReceipt]:
+    def _receipts(response: Any, prepared: _Prepared, request_id: str | None) -> list[SendReceipt]:
         """One receipt per message; the first refused entry's error is raised (and seen by the retry
         policy), as `send_batch` promises."""
         receipts = []
-        for outcome in Producer._outcomes(response, prepared):
+        for outcome in Producer._outcomes(response, prepared, request_id):
             if isinstance(outcome, ThrustError):
                 raise outcome
             receipts.append(outcome)
         return receipts
 
     @staticmethod
-    def _batch_outcomes(response: Any, prepared: _Prepared) -> list[SendReceipt | ThrustError]:
+    def _batch_outcomes(
+        response: Any, prepared: _Prepared, request_id: str | None
+    ) -> list[SendReceipt | ThrustError]:
         """`_outcomes`, but a request that failed for every message (the one entry of a batch, or every
         entry) raises, so that the retry policy and the split on refusal see it."""
-        outcomes = Producer._outcomes(response, prepared)
+        outcomes = Producer._outcomes(response, prepared, request_id)
         if all(isinstance(o, ThrustError) for o in outcomes):
             raise outcomes[0]  # type: ignore[misc]
         return outcomes
 
     @staticmethod
-    def _outcomes(response: Any, prepared: _Prepared) -> list[SendReceipt | ThrustError]:
-        """One outcome per message of `prepared`: its receipt or its own error (the linger batch)."""
+    def _outcomes(
+        response: Any, prepared: _Prepared, request_id: str | None
+    ) -> list[SendReceipt | ThrustError]:
+        """One outcome per message of `prepared`: its receipt or its own error (the linger batch), which
+        carries the request id of the SendMessage that refused it."""
         entries = response.entries
         ids = prepared.message_ids
         if len(entries) == 1 and len(ids) > 1:
@@ -679,8 +679,8 @@ class Producer:
             # (MQClientAPIImpl.processSendResponse). The batch went to one queue at consecutive
             # offsets, and each message carries the id we set (its UNIQ_KEY), which consumers see.
             [entry] = entries
-            if entry.status.code != Code.OK:
-                error = errors.error_for_status(entry.status.code, entry.status.message)
+            error = status_error(entry.status, request_id)
+            if error is not None:
                 return [error, *(own_error(error) for _ in ids[1:])]
             return [
                 SendReceipt(
@@ -696,15 +696,15 @@ class Producer:
             raise errors.InternalError(
                 f"SendMessage answered {len(entries)} entries for {len(ids)} messages",
                 code=Code.INTERNAL_SERVER_ERROR,
+                request_id=request_id,
                 retriable=False,
             )
         outcomes: list[SendReceipt | ThrustError] = []
         for entry, message_id in zip(entries, ids, strict=True):
-            code = entry.status.code
-            if code != Code.OK:
-                outcomes.append(errors.error_for_status(code, entry.status.message))
-            else:
-                outcomes.append(convert.send_receipt(entry, prepared.topic, message_id))
+            error = status_error(entry.status, request_id)
+            outcomes.append(
+                convert.send_receipt(entry, prepared.topic, message_id) if error is None else error
+            )
         return outcomes
 
     # -- transactions ------------------------------------------------------------------------------
@@ -740,17 +740,16 @@ class Producer:
             resolution=pb.COMMIT if resolution is TransactionResolution.COMMIT else pb.ROLLBACK,
             source=source,  # type: ignore[arg-type]
         )
-        # Retried on retriable failures (bounded, capped backoff: thrust._core.backoff); a refusal such as
-        # INVALID_TRANSACTION_ID is final. The server's transaction check remains the last resort.
+        # Retried on retriable failures, bounded (thrust._core.send.end_transaction_retry_delay decides).
         attempt = 1
         while True:
             try:
                 await session.call(endpoint, "EndTransaction", request)
                 return
             except ThrustError as exc:
-                if not exc.retriable or attempt >= END_TRANSACTION_ATTEMPTS or session.closed:
+                delay = end_transaction_retry_delay(attempt, retriable=exc.retriable, closed=session.closed)
+                if delay is None:
                     raise
-                delay = END_TRANSACTION_BACKOFF.delay(attempt)
                 logger.info(
                     "EndTransaction of %s failed (%s); attempt %d in %.2fs",
                     message_id,
@@ -800,7 +799,7 @@ class Producer:
         """Recall (cancel) a delay message before its delivery time; returns its message id.
 
         `recall_handle` comes from the `SendReceipt` of the delay message."""
-        _check(validation.check_topic, topic)
+        check(validation.check_topic, topic)
         if not recall_handle:
             raise ValidationError("recall_handle is empty", code=Code.BAD_REQUEST)
         session = await self._ready()
@@ -894,14 +893,6 @@ class _ProducerTelemetry(TelemetryHandler):
         await self._producer._check_transaction(endpoint, command)
 
 
-def _check(fn: Callable[..., None], *args: Any, **kwargs: Any) -> None:
-    """Run a validation check, raising the public ValidationError with the proxy's status code."""
-    try:
-        fn(*args, **kwargs)
-    except validation.Invalid as exc:
-        raise validation_error(exc.message, exc.code) from None
-
-
 def _checked_id(m: Message, max_body_size: int, now: float) -> str:
     """A new message id for `m`, once `m` passed the per-message checks of the proxy that `Message` could
     not make when it was built (`validation.check_new_message` made the others): the body against the
@@ -951,4 +942,4 @@ def _check_type(message: Message, transactional: bool) -> None:
             "message group (FIFO), delivery time (DELAY), priority and transactions are exclusive",
             code=Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
         )
-    _check(validation.check_priority, message.priority)
+    check(validation.check_priority, message.priority)

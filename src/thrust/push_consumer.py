@@ -47,6 +47,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from types import TracebackType
 from typing import TypeAlias
 
+from thrust._client import client_config as _config
 from thrust._codec import convert, validation
 from thrust._codec.filter import check_filter
 from thrust._consumption import ListenerExecutor, is_async_callable
@@ -66,7 +67,6 @@ from thrust._push.tracing import traced_invoke
 from thrust.config import ClientConfig, Credentials, TlsConfig
 from thrust.errors import ClientClosedError, ThrustError, validation_error
 from thrust.message import ConsumeResult, FilterExpression, ReceivedMessage
-from thrust.producer import _config
 
 __all__ = ["Listener", "PushConsumer", "PushConsumerStats", "QueueStats"]
 

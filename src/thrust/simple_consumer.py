@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
+from thrust._client import check, client_config
 from thrust._codec import convert, validation
 from thrust._codec.filter import check_filter
 from thrust._codec.status import Code
@@ -32,6 +33,7 @@ from thrust._core.receive_balancer import ReceiveBalancer
 from thrust._core.routes import RouteQueue
 from thrust._core.settings import ClientSettings, receive_deadline
 from thrust._instrument import Instrumentation
+from thrust._io.rpc import OK_OR_MULTIPLE, status_error
 from thrust._io.session import ClientSession
 from thrust._io.telemetry import TelemetryHandler
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as pb
@@ -42,11 +44,9 @@ from thrust.errors import (
     ForbiddenError,
     ThrustError,
     ValidationError,
-    error_for_status,
     validation_error,
 )
 from thrust.message import FilterExpression, ReceivedMessage
-from thrust.producer import _check, _config
 
 __all__ = ["SimpleConsumer", "SimpleConsumerStats"]
 
@@ -123,7 +123,7 @@ class SimpleConsumer:
         await_duration: float = 20.0,
         invisible_duration: float = 30.0,
     ) -> None:
-        self.config = _config(
+        self.config = client_config(
             config,
             endpoints,
             namespace=namespace,
@@ -132,11 +132,11 @@ class SimpleConsumer:
             request_timeout=request_timeout,
             instrumentation=instrumentation,
         )
-        _check(validation.check_group, group)
+        check(validation.check_group, group)
         self.group = group
         self._subscriptions: dict[str, FilterExpression] = {}
         for topic, expr in subscriptions.items():
-            _check(validation.check_topic, topic)
+            check(validation.check_topic, topic)
             self._subscriptions[topic] = _checked_filter(expr)
         if not 0 < await_duration <= 3600:
             # A ValidationError as the invisible duration's below (also a ValueError): the proxy clamps the
@@ -145,7 +145,7 @@ class SimpleConsumer:
             raise ValidationError(
                 "await_duration must be in (0, 3600] seconds", code=Code.ILLEGAL_POLLING_TIME
             )
-        _check(validation.check_receive_invisible_duration, float(invisible_duration))
+        check(validation.check_receive_invisible_duration, float(invisible_duration))
         self.await_duration = float(await_duration)
         self.invisible_duration = float(invisible_duration)
         if self.await_duration < validation.MIN_POLLING_SECONDS:
@@ -281,7 +281,7 @@ class SimpleConsumer:
 
     async def subscribe(self, topic: str, expression: str | FilterExpression = "*") -> None:
         """Add or change a subscription (the route is fetched now, so an unknown topic fails here)."""
-        _check(validation.check_topic, topic)
+        check(validation.check_topic, topic)
         checked = _checked_filter(expression)
         session = await self._ready()
         await session.route(topic)
@@ -356,7 +356,7 @@ class SimpleConsumer:
         if not 1 <= max_messages <= MAX_BATCH:
             raise ValidationError(f"max_messages must be in 1..{MAX_BATCH}", code=Code.BAD_REQUEST)
         invisible = self.invisible_duration if invisible_duration is None else float(invisible_duration)
-        _check(validation.check_receive_invisible_duration, invisible)
+        check(validation.check_receive_invisible_duration, invisible)
         session = await self._ready()
         topic, queue = await self._pick(session)
         request = spb.ReceiveMessageRequest(
@@ -442,8 +442,10 @@ class SimpleConsumer:
         if self._instrumentation is not None:
             span = self._instrumentation.settle(self, "ack", message.topic, (message,))
         try:
-            response = await session.call(endpoint, "AckMessage", request, ok=_ANY_STATUS)
-            _raise_for_entries(response)
+            response, request_id = await session.call(
+                endpoint, "AckMessage", request, ok=_ANY_STATUS, with_request_id=True
+            )
+            _raise_for_entries(response, request_id)
         except BaseException as exc:
             self._counters["ack_failures"] += 1
             if span is not None:
@@ -480,7 +482,9 @@ class SimpleConsumer:
             if self._instrumentation is not None:
                 span = self._instrumentation.settle(self, "ack", topic, [messages[i] for i in indexes])
             try:
-                response = await session.call(endpoint, "AckMessage", request, ok=_ANY_STATUS)
+                response, request_id = await session.call(
+                    endpoint, "AckMessage", request, ok=_ANY_STATUS, with_request_id=True
+                )
             except ThrustError as exc:
                 for i in indexes:
                     results[i] = exc
@@ -491,10 +495,10 @@ class SimpleConsumer:
             top = response.status
             first: ThrustError | None = None
             for i in indexes:
-                status = by_handle.get(messages[i].receipt_handle, top)
-                if status.code != Code.OK:
-                    results[i] = error_for_status(status.code, status.message)
-                    first = first or results[i]
+                error = status_error(by_handle.get(messages[i].receipt_handle, top), request_id)
+                if error is not None:
+                    results[i] = error
+                    first = first or error
             if span is not None:
                 span.end(endpoint, first)
 
@@ -509,7 +513,7 @@ class SimpleConsumer:
 
         The server answers with a new receipt handle, which replaces `message.receipt_handle`; the old one
         no longer works (docs/protocol.md §7.4). The next delivery counts as a new attempt."""
-        _check(validation.check_change_invisible_duration, float(seconds))
+        check(validation.check_change_invisible_duration, float(seconds))
         session = await self._ready()
         endpoint = _endpoint_of(message, session)
         request = spb.ChangeInvisibleDurationRequest(
@@ -577,13 +581,14 @@ def _endpoint_of(message: ReceivedMessage, session: ClientSession) -> Endpoint:
     return message.endpoint or session.access_point
 
 
-def _raise_for_entries(response: Any) -> None:
+def _raise_for_entries(response: Any, request_id: str | None) -> None:
     for entry in response.entries:
-        if entry.status.code != Code.OK:
-            raise error_for_status(entry.status.code, entry.status.message)
-    status = response.status
-    if status.code not in (Code.OK, Code.MULTIPLE_RESULTS):
-        raise error_for_status(status.code, status.message)
+        error = status_error(entry.status, request_id)
+        if error is not None:
+            raise error
+    error = status_error(response.status, request_id, OK_OR_MULTIPLE)
+    if error is not None:
+        raise error
 
 
 class _ConsumerTelemetry(TelemetryHandler):

@@ -23,7 +23,7 @@ import os
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, ParamSpec, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Self, TypeVar
 
 from thrust import producer as _producer
 from thrust import simple_consumer as _simple
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from thrust import push_consumer as _push
 
 T = TypeVar("T")
+S = TypeVar("S")
 P = ParamSpec("P")
 
 # The longest a constructor waits for the asyncio start (routes, sessions), each step of which is bounded
@@ -189,6 +190,22 @@ def _refuse_inside_loop() -> None:
     )
 
 
+def _options_of(
+    init: Callable[Concatenate[Any, P], None],
+) -> Callable[[Callable[Concatenate[S, ...], None]], Callable[Concatenate[S, P], None]]:
+    """Give a sync client's `__init__(self, *args, **options)`, which hands everything to its asyncio
+    twin, that twin's parameters: for type checkers (ParamSpec: the same names, types and defaults, so a
+    misspelt or mistyped option is an error) and for `inspect.signature` and `help()` (`__wrapped__`).
+    The asyncio client's signature is the one declaration of a client's options, so an option added
+    there is an option of the sync client too."""
+
+    def declare(sync_init: Callable[Concatenate[S, ...], None]) -> Callable[Concatenate[S, P], None]:
+        sync_init.__wrapped__ = init  # type: ignore[attr-defined]
+        return sync_init
+
+    return declare
+
+
 class _SyncClient:
     """What the three blocking clients share: start on the library loop, close once, `with` support."""
 
@@ -227,7 +244,8 @@ class _SyncClient:
 
 
 class Producer(_SyncClient):
-    """Blocking `thrust.Producer`; the same keyword options (see `thrust.Producer`).
+    """Blocking `thrust.Producer`; it takes exactly the arguments of [`thrust.Producer`][thrust.Producer]
+    (its signature is that one's, for type checkers and `help()` too).
 
     ```
     with thrust.sync.Producer(endpoints="127.0.0.1:8081", topics=["t"]) as p:
@@ -235,46 +253,9 @@ class Producer(_SyncClient):
     ```
     """
 
-    def __init__(
-        self,
-        config: ClientConfig | None = None,
-        *,
-        endpoints: str | Iterable[str] | None = None,
-        namespace: str | None = None,
-        credentials: Credentials | None = None,
-        tls: TlsConfig | bool | None = None,
-        request_timeout: float | None = None,
-        instrumentation: Instrumentation | None = None,
-        topics: Iterable[str] = (),
-        max_attempts: int = 3,
-        max_in_flight: int = 1024,
-        transaction_checker: _producer.TransactionChecker | None = None,
-        transaction_recovery: float | None = None,
-        batch_max_messages: int = 1,
-        batch_max_bytes: int = 1 << 20,
-        batch_linger: float = 0.005,
-        batch_max_pending: int = 8192,
-        batch_max_pending_bytes: int = 32 << 20,
-    ) -> None:
-        self._async = _producer.Producer(
-            config,
-            endpoints=endpoints,
-            namespace=namespace,
-            credentials=credentials,
-            tls=tls,
-            request_timeout=request_timeout,
-            instrumentation=instrumentation,
-            topics=topics,
-            max_attempts=max_attempts,
-            max_in_flight=max_in_flight,
-            transaction_checker=transaction_checker,
-            transaction_recovery=transaction_recovery,
-            batch_max_messages=batch_max_messages,
-            batch_max_bytes=batch_max_bytes,
-            batch_linger=batch_linger,
-            batch_max_pending=batch_max_pending,
-            batch_max_pending_bytes=batch_max_pending_bytes,
-        )
+    @_options_of(_producer.Producer.__init__)
+    def __init__(self, *args: Any, **options: Any) -> None:
+        self._async = _producer.Producer(*args, **options)
         self._start(self._async.start)
 
     @property
@@ -379,7 +360,8 @@ class _SyncSettler:
 
 
 class SimpleConsumer(_SyncClient):
-    """Blocking `thrust.SimpleConsumer`; the same keyword options (`await_duration` below the server's 5 s
+    """Blocking `thrust.SimpleConsumer`; it takes exactly the arguments of
+    [`thrust.SimpleConsumer`][thrust.SimpleConsumer] (`await_duration` below the server's 5 s
     minimum long poll becomes 5 s, with one warning at construction, as there).
 
     ```
@@ -393,34 +375,9 @@ class SimpleConsumer(_SyncClient):
     the consumer is closed.
     """
 
-    def __init__(
-        self,
-        config: ClientConfig | None = None,
-        *,
-        endpoints: str | Iterable[str] | None = None,
-        namespace: str | None = None,
-        credentials: Credentials | None = None,
-        tls: TlsConfig | bool | None = None,
-        request_timeout: float | None = None,
-        instrumentation: Instrumentation | None = None,
-        group: str,
-        subscriptions: Mapping[str, str | FilterExpression],
-        await_duration: float = 20.0,
-        invisible_duration: float = 30.0,
-    ) -> None:
-        self._async = _simple.SimpleConsumer(
-            config,
-            endpoints=endpoints,
-            namespace=namespace,
-            credentials=credentials,
-            tls=tls,
-            request_timeout=request_timeout,
-            instrumentation=instrumentation,
-            group=group,
-            subscriptions=subscriptions,
-            await_duration=await_duration,
-            invisible_duration=invisible_duration,
-        )
+    @_options_of(_simple.SimpleConsumer.__init__)
+    def __init__(self, *args: Any, **options: Any) -> None:
+        self._async = _simple.SimpleConsumer(*args, **options)
         self._start(self._async.start)
         self._settler = _SyncSettler(self._runner, self._async)
 

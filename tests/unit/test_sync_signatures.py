@@ -1,7 +1,8 @@
 """The thrust.sync clients take exactly the keyword options of the asyncio clients, with the same defaults.
 
-They spell the options out (so that type checkers check them) rather than forwarding `**options`; this
-keeps the two lists from drifting apart.
+`thrust.sync.Producer` and `SimpleConsumer` take them from the asyncio client's signature, their one
+declaration (`thrust.sync._options_of`: ParamSpec for type checkers, `__wrapped__` for `inspect`);
+`thrust.sync.PushConsumer` still spells them out. Either way the two lists must not drift apart.
 """
 
 from __future__ import annotations
@@ -33,3 +34,21 @@ def test_sync_client_takes_the_asyncio_clients_options(name: str) -> None:
             assert ours.default == theirs.default, param
             # Annotations are strings (postponed); sync.py names some types through its module aliases.
             assert re.sub(r"\b_\w+\.", "", ours.annotation) == theirs.annotation, param
+
+
+@pytest.mark.parametrize("name", ["Producer", "SimpleConsumer"])
+def test_sync_client_declares_no_option_of_its_own(name: str) -> None:
+    # Its options are the asyncio client's: one list, so an option added there cannot be missing here.
+    sync_init = getattr(thrust.sync, name).__init__
+    assert sync_init.__wrapped__ is getattr(thrust, name).__init__
+    assert [p.kind for p in inspect.signature(sync_init, follow_wrapped=False).parameters.values()] == [
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        inspect.Parameter.VAR_POSITIONAL,
+        inspect.Parameter.VAR_KEYWORD,
+    ]
+
+
+@pytest.mark.parametrize("name", ["Producer", "SimpleConsumer"])
+def test_an_unknown_option_is_refused_before_anything_starts(name: str) -> None:
+    with pytest.raises(TypeError, match="max_attemps"):
+        getattr(thrust.sync, name)(endpoints="127.0.0.1:1", max_attemps=2)

@@ -53,6 +53,7 @@ __all__ = [
     "TelemetryCall",
     "channel_options",
     "check_grpc_usable",
+    "status_error",
     "translate_grpc_error",
 ]
 
@@ -196,6 +197,20 @@ _SHUTDOWN = grpc.ChannelConnectivity.SHUTDOWN
 # Send and Ack answer MULTIPLE_RESULTS when entries differ; the caller inspects entries
 # (docs/protocol.md §2.3).
 OK_OR_MULTIPLE: frozenset[int] = frozenset({Code.OK, Code.MULTIPLE_RESULTS})
+
+
+def status_error(status: Any, request_id: str | None, ok: frozenset[int] = OK_ONLY) -> ThrustError | None:
+    """The typed error of one `Status` whose code is not in `ok`, else None.
+
+    The one mapping of a status in a response body, the response's own or one entry's (SendMessage,
+    AckMessage, ChangeInvisibleDuration results), to the error a caller sees. `request_id` is the
+    x-mq-request-id of the call that answered it (`RpcClient.unary(..., with_request_id=True)`), kept in
+    the error so that a refused entry can be found in the proxy's logs like a refused call."""
+    code = status.code
+    if code in ok:
+        return None
+    return error_for_status(code, status.message, request_id=request_id)
+
 
 _GRPC_TO_ERROR: dict[grpc.StatusCode, type[ThrustError]] = {
     grpc.StatusCode.DEADLINE_EXCEEDED: TimeoutError,
@@ -486,12 +501,14 @@ class RpcClient:
         ok: frozenset[int] = OK_ONLY,
         *,
         wait_for_connection: bool = True,
+        with_request_id: bool = False,
     ) -> Any:
         """Call unary `rpc`, return its response; raise a ThrustError unless `status.code in ok`.
 
         The call first waits for the channel's connection within `timeout` (`_connected`), unless
         `wait_for_connection` is false: then a channel that cannot connect fails it at once (a producer
-        with another broker to try)."""
+        with another broker to try). With `with_request_id`, returns `(response, request_id)`: what a
+        caller needs to build per-entry errors (`status_error`)."""
         if self._closed:
             raise ClientClosedError(f"{rpc}: the client is closed")
         md = self._metadata()
@@ -511,6 +528,8 @@ class RpcClient:
         code = status.code
         if code not in ok:
             raise error_for_status(code, status.message, request_id=Metadata.request_id_of(md))
+        if with_request_id:
+            return response, Metadata.request_id_of(md)
         return response
 
     async def receive(

@@ -457,13 +457,15 @@ class ClientSession:
         ok: frozenset[int] = OK_ONLY,
         need_session: bool = True,
         wait_for_connection: bool = True,
+        with_request_id: bool = False,
     ) -> Any:
         """Call unary `rpc` (its protocol name, e.g. "SendMessage") on `endpoint`.
 
         Waits for the endpoint's session first (unless `need_session=False`, e.g. QueryRoute), and for
         its channel's connection within `timeout` (unless `wait_for_connection=False`: `RpcClient.unary`).
-        Returns the response; raises a ThrustError for transport failures and for a `status.code` not in
-        `ok`. `timeout` defaults to the effective request timeout.
+        Returns the response (`(response, request_id)` with `with_request_id`: for per-entry errors,
+        `thrust._io.rpc.status_error`); raises a ThrustError for transport failures and for a
+        `status.code` not in `ok`. `timeout` defaults to the effective request timeout.
         """
         self._check_open()
         if need_session and not self.is_ready(endpoint):
@@ -477,6 +479,7 @@ class ClientSession:
                 self.settings.request_timeout if timeout is None else timeout,
                 ok,
                 wait_for_connection=wait_for_connection,
+                with_request_id=with_request_id,
             )
         except (errors.ConnectionError, errors.TimeoutError) as exc:
             self._raise_if_closed(exc)

@@ -1,0 +1,36 @@
+"""Helpers every public client shares (`Producer`, `SimpleConsumer`, `PushConsumer`), in a module of their
+own so that no client imports another's private names."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from thrust._codec import validation
+from thrust.config import ClientConfig
+from thrust.errors import validation_error
+
+__all__ = ["check", "client_config"]
+
+
+def client_config(
+    config: ClientConfig | None, endpoints: str | Iterable[str] | None, **kwargs: Any
+) -> ClientConfig:
+    """The `ClientConfig` of a client built with `config=` (the keyword fields given, i.e. not None,
+    replace its own) or with `endpoints=` and those fields; exactly one of the two is required."""
+    if config is not None:
+        if endpoints is not None:
+            raise ValueError("give either config= or endpoints=, not both")
+        changes = {k: v for k, v in kwargs.items() if v is not None}
+        return config.replace(**changes) if changes else config
+    if endpoints is None:
+        raise ValueError("endpoints= (or config=) is required")
+    return ClientConfig(endpoints, **{k: v for k, v in kwargs.items() if v is not None})
+
+
+def check(fn: Callable[..., None], *args: Any, **kwargs: Any) -> None:
+    """Run a validation check, raising the public ValidationError with the proxy's status code."""
+    try:
+        fn(*args, **kwargs)
+    except validation.Invalid as exc:
+        raise validation_error(exc.message, exc.code) from None
