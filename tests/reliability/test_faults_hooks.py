@@ -41,7 +41,7 @@ DLQ_RPC = "ForwardMessageToDeadLetterQueue"
 
 def _kill_telemetry(srv: object, client_id: str) -> int:
     """End every server side of the client's Telemetry streams (OK status), as a proxy restart would."""
-    sessions = list(srv._sessions.get(client_id, ()))  # type: ignore[attr-defined]
+    sessions = srv.clients.telemetry_sessions(client_id)  # type: ignore[attr-defined]
     for session in sessions:
         session.send(None)
     return len(sessions)
@@ -137,7 +137,7 @@ def test_f11_telemetry_aborted_and_reconnect_command_consumption_continues() -> 
                     if cycle % 2:
                         srv.reconnect_endpoints(cid)
                     healed = time.monotonic()
-                    await until(lambda: cid in srv.connected_clients() and bool(srv._sessions.get(cid)), 5.0)  # type: ignore[attr-defined]
+                    await until(lambda: cid in srv.connected_clients(), 5.0)
                     rec.fault_healed("telemetry-abort")
                     assert time.monotonic() - healed <= 5.0
                     await asyncio.sleep(0.5)
