@@ -63,7 +63,7 @@ class BrokerError(Exception):
 class MessageMatcher(Protocol):
     """What `Broker.pop` needs from a subscription filter.
 
-    Structurally identical to `thrust.server.core.filter.MessageFilter` (TAG / SQL92 filters), so
+    Structurally identical to `thrust._codec.filter.MessageFilter` (TAG / SQL92 filters), so
     any compiled filter can be passed; declared here so the broker does not depend on the filter
     module's implementation.
     """

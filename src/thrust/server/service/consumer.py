@@ -10,6 +10,7 @@ from typing import Final
 
 import grpc
 
+from thrust._codec.scalars import duration_seconds, timestamp
 from thrust._codec.status import Code
 from thrust._codec.validation import (
     DEFAULT_INVISIBLE_SECONDS,
@@ -21,11 +22,11 @@ from thrust._codec.validation import (
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as d
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as s
 from thrust.server.auth import Caller
-from thrust.server.convert import delivery_pb, duration_seconds, timestamp
 from thrust.server.core.broker import MAX_BATCH_SIZE, Broker
 from thrust.server.core.catalog import dead_letter_topic
 from thrust.server.core.model import BrokerError, Delivery
 from thrust.server.faults import Rpc
+from thrust.server.message_codec import delivery_pb
 from thrust.server.service.port import Port
 from thrust.server.service.status import (
     _OK,

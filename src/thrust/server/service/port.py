@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Final, Protocol
 
 import grpc
 
+from thrust._codec.filter import FilterKind, MessageFilter, compile_filter
 from thrust._codec.status import Code
 from thrust._codec.validation import Invalid, check_group, check_topic
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as d
 from thrust.server.auth import Authenticator, Caller
 from thrust.server.core.broker import Broker, broker_of_handle
 from thrust.server.core.catalog import Catalog
-from thrust.server.core.filter import FilterKind, MessageFilter, compile_filter
 from thrust.server.core.model import BrokerError, TopicInfo
 from thrust.server.faults import Action, Faults, Rpc, Stats
 from thrust.server.service.registry import ClientRegistry, _Client

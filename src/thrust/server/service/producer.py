@@ -11,9 +11,9 @@ from thrust._codec.validation import Invalid
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as d
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as s
 from thrust.server.auth import Caller
-from thrust.server.convert import inbound_message
 from thrust.server.core.model import BrokerError
 from thrust.server.faults import Rpc
+from thrust.server.message_codec import inbound_message
 from thrust.server.service.port import Port
 from thrust.server.service.status import _STATUS_OK
 

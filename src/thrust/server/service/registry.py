@@ -21,9 +21,9 @@ from thrust._codec.validation import check_group
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as d
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as s
 from thrust.server.app import ServerConfig
-from thrust.server.convert import stored_message_pb
 from thrust.server.core.catalog import Catalog
 from thrust.server.core.model import TransactionCheck
+from thrust.server.message_codec import stored_message_pb
 from thrust.server.service.status import _STATUS_OK, logger
 from thrust.server.settings import ClientSettings, merge_settings
 
