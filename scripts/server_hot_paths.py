@@ -17,7 +17,7 @@ from typing import Any
 from thrust._codec.ids import new_message_id
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as d
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as s
-from thrust.server.app import ServerConfig
+from thrust.server.config import ServerConfig
 from thrust.server.service import EmbeddedServer, MessagingServicer
 
 

@@ -46,7 +46,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, TypedDict, Unpack
 
-from thrust.server.app import GroupSpec, ServerConfig, TopicSpec, parse_group, parse_topic
+from thrust.server.config import GroupSpec, ServerConfig, TopicSpec, parse_group, parse_topic
 from thrust.server.faults import Faults, Rpc, Stats
 from thrust.server.service import EmbeddedServer
 
@@ -67,8 +67,8 @@ __all__ = [
 
 class ServerOptions(TypedDict, total=False):
     """The `ServerConfig` fields `embedded_server()` takes as further keywords (limits and timeouts); see
-    `thrust.server.app.ServerConfig` for what each means. tests/server/test_testing_options.py keeps this in
-    step with ServerConfig."""
+    `thrust.server.config.ServerConfig` for what each means. tests/server/test_testing_options.py keeps
+    this in step with ServerConfig."""
 
     ports: tuple[int, ...]
     tls_client_ca: bytes | None

@@ -19,7 +19,7 @@ from tests.push._util import run, until
 from thrust.message import ConsumeResult, Message, ReceivedMessage
 from thrust.producer import Producer
 from thrust.push_consumer import PushConsumer
-from thrust.server.app import GroupSpec
+from thrust.server.config import GroupSpec
 from thrust.server.service import MessagingServicer
 from thrust.testing import embedded_server
 

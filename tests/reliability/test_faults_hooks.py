@@ -31,8 +31,8 @@ from tests.reliability._util import (
 )
 from thrust._codec.status import Code
 from thrust.reliability.history import HistoryRecorder, check
-from thrust.server.app import GroupSpec
-from thrust.server.core.model import RetryPolicy
+from thrust.server.config import GroupSpec
+from thrust.server.core.model import GroupRetryPolicy
 from thrust.server.faults import Faults, Rpc
 from thrust.testing import embedded_server
 
@@ -553,7 +553,9 @@ def test_f22_poison_message_dead_lettered_after_exactly_max_attempts(fifo: bool)
     max_attempts = 17
 
     async def scenario() -> None:
-        group = GroupSpec("gp", fifo=fifo, retry=RetryPolicy(max_attempts=max_attempts, customized=(0.02,)))
+        group = GroupSpec(
+            "gp", fifo=fifo, retry=GroupRetryPolicy(max_attempts=max_attempts, customized=(0.02,))
+        )
         topic = "pf:1:FIFO" if fifo else "pn:1"
         name = topic.split(":")[0]
         rec = HistoryRecorder()
@@ -638,7 +640,7 @@ def test_f22_fifo_group_stays_blocked_until_the_head_is_settled_on_the_server(se
         faults = Faults()
         rpc = Rpc.ACK_MESSAGE if settle == "ack" else Rpc.FORWARD_MESSAGE_TO_DEAD_LETTER_QUEUE
         faults.add_latency(rpc, 0.3)
-        group = GroupSpec("gs", fifo=True, retry=RetryPolicy(max_attempts=2, customized=(0.02,)))
+        group = GroupSpec("gs", fifo=True, retry=GroupRetryPolicy(max_attempts=2, customized=(0.02,)))
         rec = HistoryRecorder()
         lock = threading.Lock()
         local: dict[str, int] = {}

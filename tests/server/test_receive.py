@@ -11,8 +11,8 @@ from tests.server._wire import Wire, handles, message, messages_of, run, status_
 from thrust._codec.status import Code
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as d
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as s
-from thrust.server.app import GroupSpec
-from thrust.server.core.model import RetryPolicy
+from thrust.server.config import GroupSpec
+from thrust.server.core.model import GroupRetryPolicy
 from thrust.testing import embedded_server
 
 
@@ -138,7 +138,7 @@ def test_fifo_group_assignment_and_order() -> None:
 
 def test_max_attempts_exceeded_goes_to_dlq_with_dead_letter_queue_property() -> None:
     async def scenario() -> None:
-        retry = RetryPolicy(max_attempts=1, customized=(0.1,))
+        retry = GroupRetryPolicy(max_attempts=1, customized=(0.1,))
         async with (
             embedded_server(topics=["t"], groups=[GroupSpec("g", retry=retry)]) as srv,
             Wire(srv.endpoints[0]) as w,

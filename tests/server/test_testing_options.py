@@ -9,7 +9,7 @@ import inspect
 
 import pytest
 
-from thrust.server.app import ServerConfig
+from thrust.server.config import ServerConfig
 from thrust.testing import ServerOptions, embedded_server
 
 # embedded_server's own parameters that carry a ServerConfig field under another name, or no field at all.

@@ -13,7 +13,14 @@ from google.protobuf import duration_pb2, timestamp_pb2
 
 from thrust._proto import Duration, Timestamp
 
-__all__ = ["duration", "duration_seconds", "fill_timestamp", "timestamp", "timestamp_seconds"]
+__all__ = [
+    "duration",
+    "duration_seconds",
+    "fill_duration",
+    "fill_timestamp",
+    "timestamp",
+    "timestamp_seconds",
+]
 
 
 def _split(seconds: float) -> tuple[int, int]:
@@ -30,6 +37,11 @@ def duration(seconds: float) -> duration_pb2.Duration:
     """A `google.protobuf.Duration` (of thrust._proto.POOL) with nanosecond precision (never truncated)."""
     whole, nanos = _split(seconds)
     return Duration(seconds=whole, nanos=nanos)
+
+
+def fill_duration(out: duration_pb2.Duration, seconds: float) -> None:
+    """Set `out` (a Duration field of a message being built) to `seconds`, in place."""
+    out.seconds, out.nanos = _split(seconds)
 
 
 def duration_seconds(d: duration_pb2.Duration) -> float:

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import pytest
 
+import thrust
 from thrust._codec.scalars import duration, duration_seconds, fill_timestamp, timestamp, timestamp_seconds
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as d
-from thrust.server.core.model import Delivery, MessageType, StoredMessage
+from thrust.server.core.model import Delivery, GroupRetryPolicy, MessageType, StoredMessage
 from thrust.server.message_codec import delivery_pb, stored_message_pb
+from thrust.server.settings import retry_policy_pb
 
 _NEAR_WHOLE = (0.9999999999, 1.9999999999, 41.9999999999)
 
@@ -72,3 +74,16 @@ def test_messages_sent_to_clients_carry_nanos_in_range() -> None:
         11,
         0,
     )
+
+
+def test_group_backoff_in_settings_carries_too() -> None:
+    # settings.py had its own in-place Duration setter without the carry.
+    pb = retry_policy_pb(GroupRetryPolicy(max_attempts=3, customized=(0.9999999999, 2.0)))
+    first = pb.customized_backoff.next[0]
+    assert (first.seconds, first.nanos) == (1, 0)
+    exp = retry_policy_pb(GroupRetryPolicy(exponential=(0.9999999999, 10.0, 2.0)))
+    assert (exp.exponential_backoff.initial.seconds, exp.exponential_backoff.initial.nanos) == (1, 0)
+
+
+def test_the_server_and_the_client_share_one_message_type() -> None:
+    assert MessageType is thrust.MessageType

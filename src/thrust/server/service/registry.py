@@ -20,12 +20,12 @@ import grpc
 from thrust._codec.validation import check_group
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as d
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as s
-from thrust.server.app import ServerConfig
+from thrust.server.config import ServerConfig
 from thrust.server.core.catalog import Catalog
 from thrust.server.core.model import TransactionCheck
 from thrust.server.message_codec import stored_message_pb
 from thrust.server.service.status import _STATUS_OK, logger
-from thrust.server.settings import ClientSettings, merge_settings
+from thrust.server.settings import HandshakeSettings, merge_settings
 
 _TELEMETRY_QUEUE: Final = 1024  # outgoing commands buffered per stream
 
@@ -89,7 +89,7 @@ class ClientRegistry:
         self._release = release
         self._loop: asyncio.AbstractEventLoop | None = None
         self._started = False
-        self._settings: dict[str, ClientSettings] = {}
+        self._settings: dict[str, HandshakeSettings] = {}
         self._sessions: dict[str, list[_Session]] = {}
         self._expiry: dict[str, asyncio.TimerHandle] = {}
         self._pending: dict[str, asyncio.Future[s.TelemetryCommand]] = {}
@@ -122,7 +122,7 @@ class ClientRegistry:
     # ------------------------------------------------------------------------------------------
     # clients and telemetry
 
-    def client_settings(self, client_id: str) -> ClientSettings | None:
+    def client_settings(self, client_id: str) -> HandshakeSettings | None:
         """The settings a client last reported over Telemetry (merged), or None."""
         return self._settings.get(client_id)
 

@@ -18,8 +18,8 @@ from thrust._codec.status import Code
 from thrust._codec.validation import Invalid
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as d
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as s
-from thrust.server.app import MAX_INBOUND_MESSAGE_SIZE, ServerConfig
 from thrust.server.auth import Authenticator, is_loopback
+from thrust.server.config import MAX_INBOUND_MESSAGE_SIZE, ServerConfig
 from thrust.server.core.broker import Broker
 from thrust.server.core.catalog import Catalog
 from thrust.server.core.model import TopicInfo
@@ -28,7 +28,7 @@ from thrust.server.service.registry import ClientRegistry, _Client
 from thrust.server.service.servicer import MessagingServicer
 from thrust.server.service.status import logger
 from thrust.server.service.transport import _register, _server_options
-from thrust.server.settings import ClientSettings
+from thrust.server.settings import HandshakeSettings
 
 MAX_RECEIVE_MESSAGE_LENGTH: Final = MAX_INBOUND_MESSAGE_SIZE
 """The default max inbound message (`ServerConfig.max_inbound_message_size`): the proxy's 130 MiB."""
@@ -235,7 +235,7 @@ class EmbeddedServer:
     # ------------------------------------------------------------------------------------------
     # clients (`clients` has the rest; these are the calls tests and tools make on the server)
 
-    def client_settings(self, client_id: str) -> ClientSettings | None:
+    def client_settings(self, client_id: str) -> HandshakeSettings | None:
         """The settings a client last reported over Telemetry (merged), or None."""
         return self.clients.client_settings(client_id)
 

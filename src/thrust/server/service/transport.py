@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Final
 import grpc
 
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as s
-from thrust.server.app import ServerConfig
+from thrust.server.config import ServerConfig
 from thrust.server.service.status import _UNDECODABLE
 
 if TYPE_CHECKING:
