@@ -16,7 +16,7 @@ from thrust.testing import ServerOptions, embedded_server
 RENAMED = {"auto_create": "auto_create_topics"}
 # ...and the ServerConfig fields that one embedded_server parameter sets together with its own.
 ALSO_SET = {"auto_create_groups"}
-NOT_FIELDS = {"faults", "options"}
+NOT_FIELDS = {"faults", "clock", "options"}
 
 
 def test_server_options_are_the_remaining_server_config_fields() -> None:

@@ -4,7 +4,6 @@ ForwardMessageToDeadLetterQueue (docs/protocol.md §6, §7)."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 from typing import Final
 
@@ -100,7 +99,7 @@ class ConsumerRpcs:
         else:
             yield s.ReceiveMessageResponse(status=status)
         # The proxy writes delivery_timestamp last, in onComplete (docs/protocol.md §6.4).
-        yield s.ReceiveMessageResponse(delivery_timestamp=timestamp(time.time()))
+        yield s.ReceiveMessageResponse(delivery_timestamp=timestamp(self._port.now()))
 
     async def _receive(
         self,
@@ -171,7 +170,7 @@ class ConsumerRpcs:
                     invisible_duration=invisible,
                     auto_renew=request.auto_renew,
                     attempt_id=attempt_id,
-                    now=time.time(),
+                    now=self._port.now(),
                 )
                 if deliveries:
                     server.reschedule(broker)
@@ -208,7 +207,7 @@ class ConsumerRpcs:
             self._port.topic(topic)
             fifo = self._port.catalog.group(group).fifo
             faults = self._port.faults
-            now = time.time()
+            now = self._port.now()
             client_id = caller.client_id
             response = s.AckMessageResponse()
             codes: list[int] = []
@@ -288,7 +287,7 @@ class ConsumerRpcs:
                 receipt_handle=handle,
                 message_id=request.message_id,
                 duration=seconds,
-                now=time.time(),
+                now=self._port.now(),
             )
             self._port.server.stats.entries[Rpc.CHANGE_INVISIBLE_DURATION.value] += 1
             if seconds <= 0:
@@ -325,7 +324,7 @@ class ConsumerRpcs:
                 topic=topic,
                 receipt_handle=handle,
                 message_id=request.message_id,
-                now=time.time(),
+                now=self._port.now(),
             )
             self._port.server.stats.entries[Rpc.FORWARD_MESSAGE_TO_DEAD_LETTER_QUEUE.value] += 1
             index = self._port.server.brokers.index(broker)

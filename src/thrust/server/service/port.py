@@ -20,6 +20,7 @@ from thrust._codec.status import Code
 from thrust._codec.validation import Invalid, check_group, check_topic
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as d
 from thrust.server.auth import Authenticator, Caller
+from thrust.server.clock import Clock
 from thrust.server.core.broker import Broker, broker_of_handle
 from thrust.server.core.catalog import Catalog
 from thrust.server.core.model import BrokerError, TopicInfo
@@ -51,6 +52,8 @@ class ServerView(Protocol):
     def clients(self) -> ClientRegistry: ...
     @property
     def stats(self) -> Stats: ...
+    @property
+    def clock(self) -> Clock: ...
 
     def topic_brokers(self, requested: d.Endpoints, topic: TopicInfo) -> list[d.Broker]: ...
     def route_brokers(self, requested: d.Endpoints) -> list[d.Broker]: ...
@@ -70,6 +73,7 @@ class Port:
     Attributes:
         server: the server, as far as the families may use it.
         index / broker: the port's broker.
+        now: the server clock's `time`, the `now` every broker call gets.
         faults, auth, catalog, clients: the server's, looked up once.
     """
 
@@ -83,6 +87,7 @@ class Port:
         "clients",
         "faults",
         "index",
+        "now",
         "server",
     )
 
@@ -94,6 +99,7 @@ class Port:
         self.auth = server.authenticator
         self.catalog = server.catalog
         self.clients = server.clients
+        self.now = server.clock.time  # the brokers' time (`thrust.server.clock`)
         self._filters: dict[tuple[int, str], MessageFilter] = {}
         self._checked_topics: set[str] = set()
         self._checked_groups: set[str] = set()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import grpc
 
 from thrust._codec.status import Code
@@ -41,7 +39,7 @@ class ProducerRpcs:
                             Code.MESSAGE_CORRUPTED, "all messages of one request must share a topic"
                         )
             self._port.topic(topic)
-            now = time.time()
+            now = self._port.now()
             client_id = caller.client_id
             # The proxy builds every message before it sends any (SendMessageActivity.buildMessage): the
             # first invalid one fails the whole request with its code as the top status and no entries.
@@ -93,7 +91,7 @@ class ProducerRpcs:
                 commit = False
             # Any other resolution is upstream's TransactionStatus.UNKNOWN (EndTransactionActivity): OK,
             # nothing resolved, the message stays prepared and is checked later.
-            now = time.time()
+            now = self._port.now()
             # The producer sends EndTransaction to the broker it sent to; try the others if not.
             brokers = [
                 self._port.broker,
@@ -132,7 +130,7 @@ class ProducerRpcs:
                 raise Invalid(Code.BAD_REQUEST, "recall handle cannot be empty")
             broker = self._port.broker_for(request.recall_handle)
             message_id = broker.recall(
-                topic=request.topic.name, recall_handle=request.recall_handle, now=time.time()
+                topic=request.topic.name, recall_handle=request.recall_handle, now=self._port.now()
             )
             return s.RecallMessageResponse(status=_STATUS_OK, message_id=message_id)
 

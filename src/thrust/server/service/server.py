@@ -9,7 +9,7 @@ imports this one.
 from __future__ import annotations
 
 import asyncio
-import time
+from collections.abc import Callable
 from typing import Any, Final, cast
 
 import grpc
@@ -19,6 +19,7 @@ from thrust._codec.validation import Invalid
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as d
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as s
 from thrust.server.auth import Authenticator, is_loopback
+from thrust.server.clock import Clock, ManualClock, SystemClock
 from thrust.server.config import MAX_INBOUND_MESSAGE_SIZE, ServerConfig
 from thrust.server.core.broker import Broker
 from thrust.server.core.catalog import Catalog
@@ -55,9 +56,13 @@ class EmbeddedServer:
         faults: fault injection and counters (`faults.stats`).
         clients: the clients' Settings, Telemetry streams and expiry (`ClientRegistry`).
         ports: the bound ports (after `start()`).
+        clock: where the brokers' time comes from (`thrust.server.clock`; default the wall clock). With a
+            `ManualClock`, `clock.advance(...)` applies the broker timers due by then at once.
     """
 
-    def __init__(self, config: ServerConfig | None = None, *, faults: Faults | None = None) -> None:
+    def __init__(
+        self, config: ServerConfig | None = None, *, faults: Faults | None = None, clock: Clock | None = None
+    ) -> None:
         self.config = config = config or ServerConfig()
         host = config.host
         if not is_loopback(host) and not config.credentials and not config.insecure_allow_remote:
@@ -112,6 +117,8 @@ class EmbeddedServer:
         self.authenticator = Authenticator(
             config.credentials, date_time_window=config.effective_date_time_window()
         )
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self._unsubscribe: Callable[[], None] | None = None
         self.clients = ClientRegistry(config, self.catalog, self._release)
         self.ports: list[int] = []
         self._servers: list[grpc.aio.Server] = []
@@ -170,6 +177,8 @@ class EmbeddedServer:
             raise
         self._started = True
         self._schedule_timer()
+        if isinstance(self.clock, ManualClock):
+            self._unsubscribe = self.clock.subscribe(self._on_clock_advanced)
         self.clients.start(self._loop)
         if not is_loopback(config.host):
             logger.warning(
@@ -212,6 +221,9 @@ class EmbeddedServer:
         if not self._started:
             return
         self._started = False
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -302,7 +314,7 @@ class EmbeddedServer:
         return out
 
     def _release(self, client_id: str) -> None:
-        now = time.time()
+        now = self.clock.time()
         for broker in self.brokers:
             broker.release_client(client_id, now)
             self.reschedule(broker)
@@ -376,11 +388,16 @@ class EmbeddedServer:
         if self._timer is not None:
             self._timer.cancel()
         self._timer_at = when
-        self._timer = self._loop.call_later(max(when - time.time(), 0.001), self._on_timer)
+        self._timer = self._loop.call_later(max(when - self.clock.time(), 0.001), self._on_timer)
+
+    def _on_clock_advanced(self) -> None:
+        # A manual clock moved: whatever fell due meanwhile is applied now, as the timer would have.
+        if self._started:
+            self._on_timer()
 
     def _on_timer(self) -> None:
         self._timer = None
-        now = time.time()
+        now = self.clock.time()
         for index, broker in enumerate(self.brokers):
             try:
                 checks = broker.tick(now)
