@@ -18,7 +18,7 @@ from thrust.producer import Producer
 from thrust.push_consumer import PushConsumer
 from thrust.server.config import GroupSpec
 from thrust.server.core.model import GroupRetryPolicy
-from thrust.server.service import MessagingServicer
+from thrust.server.service.consumer import ConsumerRpcs
 from thrust.testing import embedded_server
 
 # What a loop timer may fire early by, against time.monotonic(): uvloop's timers run on libuv's loop
@@ -88,13 +88,13 @@ def test_fifo_message_groups_in_parallel_keep_order_within_each_group() -> None:
 
 def test_fifo_dead_letters_after_max_attempts_with_local_retries(monkeypatch: pytest.MonkeyPatch) -> None:
     forwarded: list[tuple[int, int]] = []
-    original = MessagingServicer.ForwardMessageToDeadLetterQueue
+    original = ConsumerRpcs.ForwardMessageToDeadLetterQueue
 
     async def spy(self: Any, request: Any, context: Any) -> Any:
         forwarded.append((request.delivery_attempt, request.max_delivery_attempts))
         return await original(self, request, context)
 
-    monkeypatch.setattr(MessagingServicer, "ForwardMessageToDeadLetterQueue", spy)
+    monkeypatch.setattr(ConsumerRpcs, "ForwardMessageToDeadLetterQueue", spy)
 
     async def main() -> None:
         group = GroupSpec("gd", fifo=True, retry=GroupRetryPolicy(max_attempts=3, customized=(0.05, 0.1)))
