@@ -82,9 +82,10 @@ class InflightRecords:
 
     # ------------------------------------------------------------------ timers
 
-    def maybe_due(self, now: float) -> bool:
-        """False when no invisibility can end at `now` (the per-request fast path)."""
-        return self._timers.maybe_due(now)
+    @property
+    def timer_heap(self) -> list[tuple[float, int, Record]]:
+        """Its timer heap, for the broker's per-request check (`Timers.heap`: read only)."""
+        return self._timers.heap
 
     def expire_due(self, now: float) -> None:
         """Apply every invisibility deadline due at `now`."""

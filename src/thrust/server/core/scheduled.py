@@ -109,9 +109,10 @@ class DelayedMessages:
         self.next_offset()
         return held.msg.message_id
 
-    def maybe_due(self, now: float) -> bool:
-        """False when no held message can be due at `now` (the per-request fast path)."""
-        return self._delayed.maybe_due(now)
+    @property
+    def timer_heap(self) -> list[tuple[float, int, Held]]:
+        """Its timer heap, for the broker's per-request check (`Timers.heap`: read only)."""
+        return self._delayed.heap
 
     def pop_due(self, now: float) -> tuple[float, Held] | None:
         """Release the earliest held message due at `now`, with its due time; None when none is."""

@@ -44,6 +44,13 @@ class Timers(Generic[_T]):
         return self._live
 
     @property
+    def heap(self) -> list[tuple[float, int, _T]]:
+        """The heap itself, for a read-only look at its top: the same list for the heap's lifetime
+        (compaction rebuilds it in place), so a caller may keep it. Entry 0 is the earliest, stale or
+        not; nothing outside this class may change it."""
+        return self._heap
+
+    @property
     def entries(self) -> int:
         """Heap entries, live and stale (what compaction bounds)."""
         return len(self._heap)
@@ -95,5 +102,6 @@ class Timers(Generic[_T]):
 
     def _maybe_compact(self) -> None:
         if len(self._heap) > 2 * self._live + 1024:
-            self._heap = [entry for entry in self._heap if entry[2].timer_seq == entry[1]]
+            # In place: `heap` promises the same list.
+            self._heap[:] = [entry for entry in self._heap if entry[2].timer_seq == entry[1]]
             heapq.heapify(self._heap)
