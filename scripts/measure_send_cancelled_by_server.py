@@ -18,14 +18,14 @@ from typing import Any
 import grpc
 
 import thrust
-from thrust.server.service import MessagingServicer
+from thrust.server.service.producer import ProducerRpcs
 from thrust.testing import embedded_server
 
 calls = 0
 parked = asyncio.Event()
 die = asyncio.Event()
 answered = asyncio.Event()
-_original = MessagingServicer.SendMessage
+_original = ProducerRpcs.SendMessage
 
 
 async def _send(self: Any, request: Any, context: Any) -> Any:
@@ -41,7 +41,7 @@ async def _send(self: Any, request: Any, context: Any) -> Any:
     return await _original(self, request, context)
 
 
-MessagingServicer.SendMessage = _send  # type: ignore[method-assign]
+ProducerRpcs.SendMessage = _send  # type: ignore[method-assign]
 
 
 async def case(stop: bool) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 from thrust._codec.ids import new_message_id
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as d
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as s
-from thrust.server.app import ServerConfig
+from thrust.server.config import ServerConfig
 from thrust.server.service import EmbeddedServer, MessagingServicer
 
 
@@ -64,7 +64,7 @@ async def _main(n: int, size: int) -> None:
     requests = [s.SendMessageRequest.FromString(b) for b in wire]
     t0 = time.process_time()
     for request in requests:
-        response = await servicer.SendMessage(request, ctx)
+        response = await servicer.producer.SendMessage(request, ctx)
         response.SerializeToString()
     send_us = (time.process_time() - t0) / n * 1e6
 
@@ -82,7 +82,7 @@ async def _main(n: int, size: int) -> None:
     t0 = time.process_time()
     while got < n:
         entries = []
-        async for response in servicer.ReceiveMessage(receive, ctx):
+        async for response in servicer.consumer.ReceiveMessage(receive, ctx):
             response.SerializeToString()
             if response.WhichOneof("content") == "message":
                 sp = response.message.system_properties
@@ -94,7 +94,7 @@ async def _main(n: int, size: int) -> None:
     receive_us = (time.process_time() - t0) / n * 1e6
     t0 = time.process_time()
     for ack in acks:
-        (await servicer.AckMessage(ack, ctx)).SerializeToString()
+        (await servicer.consumer.AckMessage(ack, ctx)).SerializeToString()
     ack_us = (time.process_time() - t0) / n * 1e6
     print(
         f"{n} messages of {size} B: send {send_us:.1f} us/msg (1 per request), "

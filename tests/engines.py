@@ -20,7 +20,7 @@ from typing import Any
 
 from thrust.cluster import ClusterInfo, RemotingAdmin
 from thrust.cluster.process import wait_routable
-from thrust.server.core.model import MessageType, RetryPolicy
+from thrust.server.core.model import GroupRetryPolicy, MessageType
 from thrust.testing import ServerThread
 
 _RUN = uuid.uuid4().hex[:6]
@@ -93,7 +93,9 @@ class EmbeddedInThread(ServerThread):
             self.call(catalog.create_topic, name, queues, (MessageType[kind],))
 
         def create_group(name: str, fifo: bool, max_attempts: int | None) -> None:
-            retry = RetryPolicy() if max_attempts is None else RetryPolicy(max_attempts=max_attempts)
+            retry = (
+                GroupRetryPolicy() if max_attempts is None else GroupRetryPolicy(max_attempts=max_attempts)
+            )
             self.call(catalog.create_group, name, fifo=fifo, retry=retry)
 
         return Engine("embedded", self.server.endpoints[0], 10.0, 5.0, create_topic, create_group)

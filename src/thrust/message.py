@@ -15,6 +15,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from thrust._codec import validation
+from thrust._codec.message_type import MessageType
 from thrust.errors import validation_error
 
 if TYPE_CHECKING:
@@ -32,17 +33,6 @@ __all__ = [
 ]
 
 _EMPTY: Mapping[str, str] = MappingProxyType({})
-
-
-class MessageType(enum.IntEnum):
-    """`apache.rocketmq.v2.MessageType`: how the broker treats a message."""
-
-    NORMAL = 1
-    FIFO = 2
-    DELAY = 3
-    TRANSACTION = 4
-    LITE = 5
-    PRIORITY = 6
 
 
 class ConsumeResult(enum.Enum):

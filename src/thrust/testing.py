@@ -46,7 +46,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, TypedDict, Unpack
 
-from thrust.server.app import GroupSpec, ServerConfig, TopicSpec, parse_group, parse_topic
+from thrust.server.clock import Clock
+from thrust.server.config import GroupSpec, ServerConfig, TopicSpec, parse_group, parse_topic
 from thrust.server.faults import Faults, Rpc, Stats
 from thrust.server.service import EmbeddedServer
 
@@ -67,8 +68,8 @@ __all__ = [
 
 class ServerOptions(TypedDict, total=False):
     """The `ServerConfig` fields `embedded_server()` takes as further keywords (limits and timeouts); see
-    `thrust.server.app.ServerConfig` for what each means. tests/server/test_testing_options.py keeps this in
-    step with ServerConfig."""
+    `thrust.server.config.ServerConfig` for what each means. tests/server/test_testing_options.py keeps
+    this in step with ServerConfig."""
 
     ports: tuple[int, ...]
     tls_client_ca: bytes | None
@@ -122,6 +123,7 @@ async def embedded_server(
     transaction_check_after: float = 6.0,
     transaction_check_interval: float = 6.0,
     client_expiry: float = 120.0,
+    clock: Clock | None = None,
     **options: Unpack[ServerOptions],
 ) -> AsyncIterator[EmbeddedServer]:
     """Run an `EmbeddedServer` on the current event loop for the duration of the block.
@@ -135,7 +137,9 @@ async def embedded_server(
     unknown groups on their first receive, as with `ServerProcess`; `auto_create=False` answers
     TOPIC_NOT_FOUND and CONSUMER_GROUP_NOT_FOUND for them instead, like `thrust serve` without
     `--auto-create`. The server object exposes `endpoints` (`"127.0.0.1:PORT"` per broker),
-    `ports`, `brokers`, `catalog`, `faults` and `stats`.
+    `ports`, `brokers`, `catalog`, `faults` and `stats`. With `clock=ManualClock()`
+    (`thrust.server.clock`) the brokers' timers (invisibility, redelivery, delayed messages, transaction
+    checks) move only with `clock.advance(seconds)`, which applies what fell due at once.
     """
     config = _server_config(
         topics=topics,
@@ -153,7 +157,7 @@ async def embedded_server(
         client_expiry=client_expiry,
         **options,
     )
-    server = EmbeddedServer(config, faults=faults)
+    server = EmbeddedServer(config, faults=faults, clock=clock)
     await server.start()
     try:
         yield server

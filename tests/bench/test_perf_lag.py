@@ -110,7 +110,7 @@ def test_perf_freezes_what_lives_at_start_up_when_asked() -> None:
 
 def test_thrust_serve_freezes_after_start_up_unless_told_not_to() -> None:
     from thrust.cli.serve import _serve
-    from thrust.server.app import ServerConfig
+    from thrust.server.config import ServerConfig
     from thrust.server.faults import Faults
 
     async def frozen_once_listening(freeze: bool) -> int:

@@ -16,7 +16,7 @@ from tests.client._util import receive_n, run
 from tests.support import CertificateAuthority
 from thrust.cli.main import build_parser
 from thrust.cli.serve import _config
-from thrust.server.app import ServerConfig
+from thrust.server.config import ServerConfig
 from thrust.server.service import EmbeddedServer
 from thrust.testing import embedded_server
 

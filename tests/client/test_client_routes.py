@@ -11,7 +11,7 @@ from thrust.testing import embedded_server
 
 
 def _server_streams(srv: Any, client_id: str) -> int:
-    return len(srv._sessions.get(client_id, ()))
+    return len(srv.clients.telemetry_sessions(client_id))
 
 
 def drop_second_broker(srv: Any) -> None:

@@ -19,19 +19,19 @@ import pytest
 import thrust
 from tests.client._util import run
 from tests.push._util import until
-from thrust.server.service import MessagingServicer
+from thrust.server.service.producer import ProducerRpcs
 from thrust.testing import embedded_server
 
 
 class _DyingSend:
-    """Wraps `MessagingServicer.SendMessage`: the first call waits for `die`, then ends gRPC CANCELLED."""
+    """Wraps `ProducerRpcs.SendMessage`: the first call waits for `die`, then ends gRPC CANCELLED."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.calls = 0
         self.parked = asyncio.Event()
         self.die = asyncio.Event()
         self.answered = asyncio.Event()
-        original = MessagingServicer.SendMessage
+        original = ProducerRpcs.SendMessage
         hook = self
 
         async def send(self: Any, request: Any, context: Any) -> Any:
@@ -45,7 +45,7 @@ class _DyingSend:
                     hook.answered.set()
             return await original(self, request, context)
 
-        monkeypatch.setattr(MessagingServicer, "SendMessage", send)
+        monkeypatch.setattr(ProducerRpcs, "SendMessage", send)
 
 
 def test_a_send_the_server_cancels_is_retried_and_succeeds(monkeypatch: pytest.MonkeyPatch) -> None:

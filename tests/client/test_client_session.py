@@ -18,7 +18,7 @@ from thrust.testing import embedded_server
 
 
 def _kill_streams(srv: object, client_id: str) -> int:
-    sessions = list(srv._sessions.get(client_id, ()))  # type: ignore[attr-defined]
+    sessions = srv.clients.telemetry_sessions(client_id)  # type: ignore[attr-defined]
     for session in sessions:
         session.send(None)  # ends the server side of the stream (OK status)
     return len(sessions)
@@ -27,7 +27,7 @@ def _kill_streams(srv: object, client_id: str) -> int:
 def _only_new_streams(srv: object, client_id: str, killed: list[object]) -> bool:
     """The server registered the client's new stream and dropped the ones `_kill_streams` ended (until
     then a command the server pushes may go to an ended stream and be lost)."""
-    sessions = list(srv._sessions.get(client_id, ()))  # type: ignore[attr-defined]
+    sessions = srv.clients.telemetry_sessions(client_id)  # type: ignore[attr-defined]
     return bool(sessions) and not any(s in killed for s in sessions)
 
 
@@ -95,7 +95,7 @@ def test_telemetry_reestablished_and_server_settings_applied() -> None:
                 [ep] = session.open_sessions()
                 stream = session.telemetry(ep)
                 assert stream is not None and stream.opened == 1
-                killed = list(srv._sessions.get(session.client_id, ()))  # type: ignore[attr-defined]
+                killed = srv.clients.telemetry_sessions(session.client_id)
                 answered = session.settings_version
                 assert _kill_streams(srv, session.client_id) == 1
                 # Re-established, and the new stream's own handshake answer is in: pushed before it, our

@@ -18,7 +18,7 @@ from thrust.testing import embedded_server
 
 def _stream_brokers(srv: Any, client_id: str) -> list[int]:
     """Broker indexes with an open Telemetry stream of `client_id`, as the server sees them."""
-    return sorted(s.broker for s in srv._sessions.get(client_id, ()))
+    return sorted(s.broker for s in srv.clients.telemetry_sessions(client_id))
 
 
 def _rpcs_on(srv: Any, broker: int) -> set[str]:

@@ -25,7 +25,7 @@ from tests.engines import unique
 from tests.official_client import ensure_venv
 from thrust.cluster import ClusterInfo, RemotingAdmin
 from thrust.cluster.process import wait_routable
-from thrust.server.app import GroupSpec, TopicSpec, parse_group, parse_topic
+from thrust.server.config import GroupSpec, TopicSpec, parse_group, parse_topic
 from thrust.server.core.catalog import dead_letter_topic
 from thrust.server.service import EmbeddedServer
 from thrust.testing import embedded_server

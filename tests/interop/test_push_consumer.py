@@ -9,7 +9,7 @@ import pytest
 
 from tests.interop.conftest import Running, Server
 from tests.interop.harness import DriverRun, run, run_driver
-from thrust.server.core.model import RetryPolicy
+from thrust.server.core.model import GroupRetryPolicy
 from thrust.testing import GroupSpec, embedded_server
 
 pytestmark = pytest.mark.interop
@@ -59,7 +59,9 @@ def test_push_consumer_retries_and_dead_letters(server: Server, tmp_path: Path) 
     always = {b for b, k in fail.items() if k == -1}
     # A small max_attempts and 1 s backoffs keep the test short; the official client nacks with
     # ChangeInvisibleDuration(backoff[attempt-1]) in whole seconds (docs/protocol.md §9.1).
-    group = GroupSpec("it-push-g", retry=RetryPolicy(max_attempts=MAX_ATTEMPTS, customized=(1.0, 1.0, 1.0)))
+    group = GroupSpec(
+        "it-push-g", retry=GroupRetryPolicy(max_attempts=MAX_ATTEMPTS, customized=(1.0, 1.0, 1.0))
+    )
 
     async def scenario() -> None:
         async with server.start(topics=["it-push:2"], groups=[group, "it-dlq-reader"]) as srv:
@@ -135,7 +137,9 @@ def test_fifo_push_consumer_local_retries_and_forward_to_dlq(server: Server, tmp
     # ForwardMessageToDeadLetterQueue itself (docs/protocol.md §7.5).
     fail = {"A-1": 1, "B-2": -1}
     group = GroupSpec(
-        "it-fifo-push-g", fifo=True, retry=RetryPolicy(max_attempts=MAX_ATTEMPTS, customized=(1.0, 1.0, 1.0))
+        "it-fifo-push-g",
+        fifo=True,
+        retry=GroupRetryPolicy(max_attempts=MAX_ATTEMPTS, customized=(1.0, 1.0, 1.0)),
     )
 
     async def scenario() -> None:

@@ -16,9 +16,9 @@ from thrust._core.ack import AckBatch
 from thrust.message import ConsumeResult, Message, ReceivedMessage
 from thrust.producer import Producer
 from thrust.push_consumer import PushConsumer
-from thrust.server.app import GroupSpec
-from thrust.server.core.model import RetryPolicy
-from thrust.server.service import MessagingServicer
+from thrust.server.config import GroupSpec
+from thrust.server.core.model import GroupRetryPolicy
+from thrust.server.service.consumer import ConsumerRpcs
 from thrust.testing import embedded_server
 
 # What a loop timer may fire early by, against time.monotonic(): uvloop's timers run on libuv's loop
@@ -30,7 +30,7 @@ TIMER_SLACK = 0.005
 
 def _fifo_order(parallel: bool) -> None:
     async def main() -> None:
-        group = GroupSpec("gf", fifo=True, retry=RetryPolicy(max_attempts=5, customized=(0.05, 0.1)))
+        group = GroupSpec("gf", fifo=True, retry=GroupRetryPolicy(max_attempts=5, customized=(0.05, 0.1)))
         async with embedded_server(topics=["f:2:FIFO"], groups=[group]) as srv:
             ep = srv.endpoints[0]
             seen: list[tuple[str, int, int]] = []
@@ -88,16 +88,16 @@ def test_fifo_message_groups_in_parallel_keep_order_within_each_group() -> None:
 
 def test_fifo_dead_letters_after_max_attempts_with_local_retries(monkeypatch: pytest.MonkeyPatch) -> None:
     forwarded: list[tuple[int, int]] = []
-    original = MessagingServicer.ForwardMessageToDeadLetterQueue
+    original = ConsumerRpcs.ForwardMessageToDeadLetterQueue
 
     async def spy(self: Any, request: Any, context: Any) -> Any:
         forwarded.append((request.delivery_attempt, request.max_delivery_attempts))
         return await original(self, request, context)
 
-    monkeypatch.setattr(MessagingServicer, "ForwardMessageToDeadLetterQueue", spy)
+    monkeypatch.setattr(ConsumerRpcs, "ForwardMessageToDeadLetterQueue", spy)
 
     async def main() -> None:
-        group = GroupSpec("gd", fifo=True, retry=RetryPolicy(max_attempts=3, customized=(0.05, 0.1)))
+        group = GroupSpec("gd", fifo=True, retry=GroupRetryPolicy(max_attempts=3, customized=(0.05, 0.1)))
         async with embedded_server(topics=["f:1:FIFO"], groups=[group]) as srv:
             ep = srv.endpoints[0]
             calls: list[tuple[bytes, int, float]] = []
@@ -136,7 +136,7 @@ def test_fifo_local_retries_show_the_listener_each_delivery_attempt() -> None:
     attempt: the FIFO local retries count 1, 2, 3 as the server's redeliveries of a normal group do."""
 
     async def main() -> None:
-        group = GroupSpec("ga", fifo=True, retry=RetryPolicy(max_attempts=6, customized=(0.01,)))
+        group = GroupSpec("ga", fifo=True, retry=GroupRetryPolicy(max_attempts=6, customized=(0.01,)))
         async with embedded_server(topics=["f:1:FIFO"], groups=[group]) as srv:
             ep = srv.endpoints[0]
             attempts: list[int] = []
@@ -167,7 +167,7 @@ def test_fifo_local_retries_show_the_listener_each_delivery_attempt() -> None:
 
 def test_failure_nacks_with_the_servers_backoff_for_that_attempt() -> None:
     async def main() -> None:
-        group = GroupSpec("gn", retry=RetryPolicy(max_attempts=5, customized=(0.25, 0.5)))
+        group = GroupSpec("gn", retry=GroupRetryPolicy(max_attempts=5, customized=(0.25, 0.5)))
         async with embedded_server(topics=["t:1"], groups=[group]) as srv:
             ep = srv.endpoints[0]
             attempts: list[int] = []

@@ -23,8 +23,8 @@ from tests.push._util import ready, run, until
 from thrust.message import ConsumeResult, Message, ReceivedMessage
 from thrust.producer import Producer
 from thrust.push_consumer import PushConsumer
-from thrust.server.app import GroupSpec
-from thrust.server.core.model import RetryPolicy
+from thrust.server.config import GroupSpec
+from thrust.server.core.model import GroupRetryPolicy
 from thrust.testing import embedded_server
 
 pytestmark = [pytest.mark.slow]
@@ -88,7 +88,7 @@ def test_a_dropped_fifo_queue_consumes_its_waiting_messages_in_order() -> None:
     group waits behind it. The group goes on, in order, on the dropped queue; nothing is left popped."""
 
     async def main() -> None:
-        group = GroupSpec("gf", fifo=True, retry=RetryPolicy(max_attempts=3, customized=(0.02,)))
+        group = GroupSpec("gf", fifo=True, retry=GroupRetryPolicy(max_attempts=3, customized=(0.02,)))
         async with embedded_server(topics=["t:1:FIFO"], groups=[group]) as srv:
             ep = srv.endpoints[0]
             async with Producer(endpoints=ep, topics=["t"]) as producer:
@@ -127,7 +127,7 @@ def test_a_fifo_message_in_its_local_retry_backoff_is_retried_after_its_queue_is
     and acked (given up, it would stay popped for this client until it closes)."""
 
     async def main() -> None:
-        group = GroupSpec("gr", fifo=True, retry=RetryPolicy(max_attempts=3, customized=(3.0,)))
+        group = GroupSpec("gr", fifo=True, retry=GroupRetryPolicy(max_attempts=3, customized=(3.0,)))
         async with embedded_server(topics=["t:1:FIFO"], groups=[group]) as srv:
             ep = srv.endpoints[0]
             async with Producer(endpoints=ep, topics=["t"]) as producer:

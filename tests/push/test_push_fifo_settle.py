@@ -21,8 +21,8 @@ from thrust._codec.status import Code
 from thrust.message import ConsumeResult, Message, ReceivedMessage
 from thrust.producer import Producer
 from thrust.push_consumer import PushConsumer
-from thrust.server.app import GroupSpec
-from thrust.server.core.model import RetryPolicy
+from thrust.server.config import GroupSpec
+from thrust.server.core.model import GroupRetryPolicy
 from thrust.server.faults import Faults, Rpc
 from thrust.simple_consumer import SimpleConsumer
 from thrust.testing import embedded_server
@@ -34,7 +34,7 @@ BODIES = (b"poison", b"next1", b"next2")
 
 def _group(name: str) -> GroupSpec:
     # Two attempts: the poison fails once, is retried locally once, then is forwarded to %DLQ%<group>.
-    return GroupSpec(name, fifo=True, retry=RetryPolicy(max_attempts=2, customized=(0.02,)))
+    return GroupSpec(name, fifo=True, retry=GroupRetryPolicy(max_attempts=2, customized=(0.02,)))
 
 
 async def _send_group(endpoint: str, topic: str, bodies: tuple[bytes, ...] = BODIES) -> list[str]:

@@ -19,8 +19,8 @@ from tests.push._util import run, until
 from thrust.message import ConsumeResult, Message, ReceivedMessage
 from thrust.producer import Producer
 from thrust.push_consumer import PushConsumer
-from thrust.server.app import GroupSpec
-from thrust.server.service import MessagingServicer
+from thrust.server.config import GroupSpec
+from thrust.server.service.consumer import ConsumerRpcs
 from thrust.testing import embedded_server
 
 # Fail-safe only: a client that reads the whole stream before handing anything over makes the paused
@@ -29,7 +29,7 @@ PAUSE_LIMIT = 5.0
 
 
 class _StreamHook:
-    """Wraps `MessagingServicer.ReceiveMessage`: the first stream that carries messages pauses after its
+    """Wraps `ConsumerRpcs.ReceiveMessage`: the first stream that carries messages pauses after its
     first message until `release` is set (or PAUSE_LIMIT passes), or breaks there when `break_stream`."""
 
     def __init__(self, *, break_stream: bool = False) -> None:
@@ -40,7 +40,7 @@ class _StreamHook:
         self.timed_out = False
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        original = MessagingServicer.ReceiveMessage
+        original = ConsumerRpcs.ReceiveMessage
         hook = self
 
         async def receive(self: Any, request: Any, context: Any) -> AsyncIterator[Any]:
@@ -64,7 +64,7 @@ class _StreamHook:
                     except TimeoutError:
                         hook.timed_out = True
 
-        monkeypatch.setattr(MessagingServicer, "ReceiveMessage", receive)
+        monkeypatch.setattr(ConsumerRpcs, "ReceiveMessage", receive)
 
 
 def _first_message_before_stream_end(monkeypatch: pytest.MonkeyPatch, fifo: bool) -> None:

@@ -350,7 +350,7 @@ def test_b15_corrupted_delivery_is_never_handed_over_and_comes_back_intact(
     """B15 (receive side): the server's first delivery of a message carries a wrong MD5 digest; the client
     does not hand it to the application, releases it (ChangeInvisibleDuration) at once, and the next,
     intact delivery is received and acked; P1 holds."""
-    import thrust.server.convert as server_convert
+    import thrust.server.message_codec as server_convert
 
     real_fill = server_convert._fill
     corrupted: list[str] = []

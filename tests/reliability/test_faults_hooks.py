@@ -32,8 +32,8 @@ from tests.reliability._util import (
 from tests.support import TIMER_SLACK
 from thrust._codec.status import Code
 from thrust.reliability.history import HistoryRecorder, check
-from thrust.server.app import GroupSpec
-from thrust.server.core.model import RetryPolicy
+from thrust.server.config import GroupSpec
+from thrust.server.core.model import GroupRetryPolicy
 from thrust.server.faults import Faults, Rpc
 from thrust.testing import embedded_server
 
@@ -42,7 +42,7 @@ DLQ_RPC = "ForwardMessageToDeadLetterQueue"
 
 def _kill_telemetry(srv: object, client_id: str) -> int:
     """End every server side of the client's Telemetry streams (OK status), as a proxy restart would."""
-    sessions = list(srv._sessions.get(client_id, ()))  # type: ignore[attr-defined]
+    sessions = srv.clients.telemetry_sessions(client_id)  # type: ignore[attr-defined]
     for session in sessions:
         session.send(None)
     return len(sessions)
@@ -138,7 +138,7 @@ def test_f11_telemetry_aborted_and_reconnect_command_consumption_continues() -> 
                     if cycle % 2:
                         srv.reconnect_endpoints(cid)
                     healed = time.monotonic()
-                    await until(lambda: cid in srv.connected_clients() and bool(srv._sessions.get(cid)), 5.0)  # type: ignore[attr-defined]
+                    await until(lambda: cid in srv.connected_clients(), 5.0)
                     rec.fault_healed("telemetry-abort")
                     assert time.monotonic() - healed <= 5.0
                     await asyncio.sleep(0.5)
@@ -556,7 +556,9 @@ def test_f22_poison_message_dead_lettered_after_exactly_max_attempts(fifo: bool)
     max_attempts = 17
 
     async def scenario() -> None:
-        group = GroupSpec("gp", fifo=fifo, retry=RetryPolicy(max_attempts=max_attempts, customized=(0.02,)))
+        group = GroupSpec(
+            "gp", fifo=fifo, retry=GroupRetryPolicy(max_attempts=max_attempts, customized=(0.02,))
+        )
         topic = "pf:1:FIFO" if fifo else "pn:1"
         name = topic.split(":")[0]
         rec = HistoryRecorder()
@@ -641,7 +643,7 @@ def test_f22_fifo_group_stays_blocked_until_the_head_is_settled_on_the_server(se
         faults = Faults()
         rpc = Rpc.ACK_MESSAGE if settle == "ack" else Rpc.FORWARD_MESSAGE_TO_DEAD_LETTER_QUEUE
         faults.add_latency(rpc, 0.3)
-        group = GroupSpec("gs", fifo=True, retry=RetryPolicy(max_attempts=2, customized=(0.02,)))
+        group = GroupSpec("gs", fifo=True, retry=GroupRetryPolicy(max_attempts=2, customized=(0.02,)))
         rec = HistoryRecorder()
         lock = threading.Lock()
         local: dict[str, int] = {}

@@ -36,7 +36,7 @@ from thrust._codec.status import Code
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as d
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as s
 from thrust.reliability.proxy import PASS, Blackhole, FaultProxy
-from thrust.server.app import MAX_INBOUND_MESSAGE_SIZE, ServerConfig
+from thrust.server.config import MAX_INBOUND_MESSAGE_SIZE, ServerConfig
 from thrust.testing import embedded_server
 
 MiB = 1024 * 1024

@@ -45,7 +45,7 @@ from thrust._codec.status import Code
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as pb
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as spb
 from thrust.reliability.history import HistoryRecorder, check
-from thrust.server.app import ServerConfig
+from thrust.server.config import ServerConfig
 from thrust.testing import EmbeddedServer, ServerProcess, embedded_server
 
 AK, SK = "reliability-ak", "S3cr3t-never-logged-7f1d"

@@ -18,6 +18,7 @@ from thrust._codec.status import Code
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as d
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as s
 from thrust._proto.apache.rocketmq.v2 import service_pb2_grpc as g
+from thrust.server.service import EmbeddedServer
 
 T = TypeVar("T")
 _ids = itertools.count(1)
@@ -256,3 +257,12 @@ async def eventually(check: Callable[[], Awaitable[bool] | bool], within: float 
         if loop.time() > deadline:
             raise AssertionError("condition not met in time")
         await asyncio.sleep(0.02)
+
+
+async def until_parked(srv: EmbeddedServer, group: str) -> None:
+    """Until a ReceiveMessage of `group` waits on the server (a condition polled, not a fixed delay)."""
+    for _ in range(1000):
+        if srv.pending_polls(group):
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"no ReceiveMessage of {group!r} parked")

@@ -12,7 +12,7 @@ from tests.support import self_signed
 from thrust._codec.signature import signed_metadata
 from thrust._codec.status import Code
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as s
-from thrust.server.app import ServerConfig
+from thrust.server.config import ServerConfig
 from thrust.server.service import EmbeddedServer
 from thrust.testing import embedded_server
 

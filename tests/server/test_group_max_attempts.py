@@ -11,16 +11,16 @@ import pytest
 
 import thrust
 from tests.client._util import run
-from thrust.server.app import parse_group
-from thrust.server.core.model import RetryPolicy
+from thrust.server.config import parse_group
+from thrust.server.core.model import GroupRetryPolicy
 from thrust.testing import GroupSpec, ServerProcess, embedded_server
 
 
 def test_group_spec_options() -> None:
     assert parse_group("g") == GroupSpec("g")
     assert parse_group("g:fifo") == GroupSpec("g", fifo=True)
-    assert parse_group("g:max-attempts=2") == GroupSpec("g", retry=RetryPolicy(max_attempts=2))
-    both = GroupSpec("g", fifo=True, retry=RetryPolicy(max_attempts=3))
+    assert parse_group("g:max-attempts=2") == GroupSpec("g", retry=GroupRetryPolicy(max_attempts=2))
+    both = GroupSpec("g", fifo=True, retry=GroupRetryPolicy(max_attempts=3))
     assert parse_group("g:fifo:max-attempts=3") == both
     assert parse_group("g:max-attempts=3:fifo") == both
 

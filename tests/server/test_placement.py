@@ -9,7 +9,7 @@ import pytest
 
 from tests.server._wire import Wire, message, messages_of, run
 from thrust._codec.status import Code
-from thrust.server.app import ServerConfig, TopicSpec, parse_topic
+from thrust.server.config import ServerConfig, TopicSpec, parse_topic
 from thrust.server.core.catalog import Catalog
 from thrust.server.core.model import BrokerError, MessageType
 from thrust.server.service import EmbeddedServer

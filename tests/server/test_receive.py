@@ -7,12 +7,13 @@ import time
 
 import pytest
 
-from tests.server._wire import Wire, handles, message, messages_of, run, status_of
+from tests.server._wire import Wire, handles, message, messages_of, run, status_of, until_parked
 from thrust._codec.status import Code
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as d
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as s
-from thrust.server.app import GroupSpec
-from thrust.server.core.model import RetryPolicy
+from thrust.server.clock import ManualClock
+from thrust.server.config import GroupSpec
+from thrust.server.core.model import GroupRetryPolicy
 from thrust.testing import embedded_server
 
 
@@ -60,20 +61,27 @@ def test_empty_long_poll_times_out_with_message_not_found() -> None:
 
 
 def test_nack_wakes_parked_poll_via_the_timer() -> None:
+    # On a manual clock: the redelivery is due when the test moves time past the nack's delay, so
+    # nothing here waits for it (or asserts on wall-clock time).
+    clock = ManualClock()
+
     async def scenario() -> None:
-        async with embedded_server(topics=["t"], groups=["g"]) as srv, Wire(srv.endpoints[0]) as w:
+        async with (
+            embedded_server(topics=["t"], groups=["g"], clock=clock) as srv,
+            Wire(srv.endpoints[0]) as w,
+        ):
             await w.consumer("g", "t")
             [mid] = await w.send_ok("t")
             [(_, handle)] = handles(await w.receive("g", "t"))
             parked = asyncio.ensure_future(w.receive("g", "t", polling=20, rpc_timeout=25))
-            await asyncio.sleep(0.2)
-            started = time.monotonic()
+            await until_parked(srv, "g")
             change = await w.change_invisible("g", "t", mid, handle, 0.5)
             assert change.status.code == Code.OK
-            # Woken by the timer when the message is visible again, long before its 20 s poll ends.
-            stream = await asyncio.wait_for(parked, 10)
-            assert time.monotonic() - started > 0.3
-            [again] = messages_of(stream)
+            clock.advance(0.4)
+            assert not parked.done()
+            # Woken by the server's timer once the message is visible again, long before its 20 s poll ends.
+            clock.advance(0.1)
+            [again] = messages_of(await parked)
             assert again.system_properties.message_id == mid
             assert again.system_properties.delivery_attempt == 2
 
@@ -138,7 +146,7 @@ def test_fifo_group_assignment_and_order() -> None:
 
 def test_max_attempts_exceeded_goes_to_dlq_with_dead_letter_queue_property() -> None:
     async def scenario() -> None:
-        retry = RetryPolicy(max_attempts=1, customized=(0.1,))
+        retry = GroupRetryPolicy(max_attempts=1, customized=(0.1,))
         async with (
             embedded_server(topics=["t"], groups=[GroupSpec("g", retry=retry)]) as srv,
             Wire(srv.endpoints[0]) as w,

@@ -9,10 +9,10 @@ import grpc
 import pytest
 
 from tests.server._wire import Wire, handles, message, messages_of, run, status_of
+from thrust._codec.filter import MATCH_ALL
 from thrust._codec.status import Code
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as d
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as s
-from thrust.server.core.filter import MATCH_ALL
 from thrust.testing import embedded_server
 
 

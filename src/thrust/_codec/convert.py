@@ -13,14 +13,12 @@ from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from google.protobuf import duration_pb2, timestamp_pb2
-
 from thrust._codec.digest import gzip_decode, verify_digest
+from thrust._codec.scalars import duration, duration_seconds, timestamp, timestamp_seconds
 from thrust._core.backoff import RetryPolicy
 from thrust._core.endpoints import Endpoint, Scheme
 from thrust._core.routes import Permission, RouteQueue
 from thrust._core.settings import ServerSettings
-from thrust._proto import Duration, Timestamp
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as pb
 from thrust.message import FilterExpression, Message, MessageType, ReceivedMessage, SendReceipt
 
@@ -59,38 +57,8 @@ class Corrupted(ValueError):
 
 
 # --------------------------------------------------------------------------------------------------
-# Scalars
-
-
-def duration(seconds: float) -> duration_pb2.Duration:
-    """A `google.protobuf.Duration` (of thrust._proto.POOL) with nanosecond precision (never truncated)."""
-    whole = math.floor(seconds)
-    nanos = round((seconds - whole) * 1e9)
-    if nanos >= 1_000_000_000:
-        whole += 1
-        nanos -= 1_000_000_000
-    return Duration(seconds=int(whole), nanos=int(nanos))
-
-
-def duration_seconds(d: duration_pb2.Duration) -> float:
-    """Seconds in a Duration, nanos included (the official Python client drops them:
-    docs/protocol.md §9.1)."""
-    return d.seconds + d.nanos / 1e9
-
-
-def timestamp(epoch_seconds: float) -> timestamp_pb2.Timestamp:
-    """A `google.protobuf.Timestamp` for epoch seconds."""
-    whole = math.floor(epoch_seconds)
-    nanos = round((epoch_seconds - whole) * 1e9)
-    if nanos >= 1_000_000_000:
-        whole += 1
-        nanos -= 1_000_000_000
-    return Timestamp(seconds=int(whole), nanos=int(nanos))
-
-
-def timestamp_seconds(ts: timestamp_pb2.Timestamp) -> float:
-    """Epoch seconds of a Timestamp."""
-    return ts.seconds + ts.nanos / 1e9
+# Scalars: `duration`, `duration_seconds`, `timestamp`, `timestamp_seconds` come from scalars.py (shared
+# with the embedded server) and are re-exported here.
 
 
 def resource(name: str, namespace: str = "") -> pb.Resource:

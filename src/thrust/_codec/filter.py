@@ -1,6 +1,6 @@
 """Message filtering: TAG expressions and RocketMQ's SQL92 dialect. The embedded server filters with it
-(`thrust.server.core.filter`); the consumers compile their SQL92 subscriptions with it when they are built,
-so that a malformed one is refused before any I/O.
+(`thrust.server.service.port` compiles the subscriptions); the consumers compile their SQL92
+subscriptions with it when they are built, so that a malformed one is refused before any I/O.
 
 Why one module of ~900 lines (docs/CONVENTIONS.md): the tokenizer, the recursive-descent parser and the
 closures it builds are one grammar sharing private token and value types; split, each part would only

@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from thrust._codec.ids import new_message_id
-from thrust.server.app import ServerConfig, parse_group, parse_topic
+from thrust.server.config import ServerConfig, parse_group, parse_topic
 from thrust.server.core.model import InboundMessage, MessageType
 from thrust.server.faults import Faults, apply_fault_flag
 from thrust.server.service import EmbeddedServer

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from thrust.cli.loops import add_loop_argument
 from thrust.cli.loops import run as run_on_loop
-from thrust.server.app import MAX_INBOUND_MESSAGE_SIZE, ServerConfig, parse_group, parse_topic
+from thrust.server.config import MAX_INBOUND_MESSAGE_SIZE, ServerConfig, parse_group, parse_topic
 from thrust.server.faults import Faults, apply_fault_flag
 from thrust.server.service import EmbeddedServer
 

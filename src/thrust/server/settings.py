@@ -19,10 +19,11 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
+from thrust._codec.scalars import fill_duration
 from thrust._codec.status import Code
 from thrust._codec.validation import MAX_BODY_SIZE, Invalid, check_group
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as d
-from thrust.server.core.model import GroupInfo, RetryPolicy
+from thrust.server.core.model import GroupInfo, GroupRetryPolicy
 
 __all__ = [
     "CONSUMER_TYPES",
@@ -30,7 +31,7 @@ __all__ = [
     "LONG_POLLING_TIMEOUT",
     "PRODUCER_BACKOFF",
     "RECEIVE_BATCH_SIZE",
-    "ClientSettings",
+    "HandshakeSettings",
     "check_client_properties",
     "merge_settings",
     "retry_policy_pb",
@@ -45,7 +46,7 @@ LONG_POLLING_TIMEOUT: Final = 20.0
 DEFAULT_REQUEST_TIMEOUT: Final = 3.0
 """The clients' default request timeout, used when Settings did not carry one."""
 
-PRODUCER_BACKOFF: Final = RetryPolicy(max_attempts=3, customized=(), exponential=(0.01, 1.0, 2.0))
+PRODUCER_BACKOFF: Final = GroupRetryPolicy(max_attempts=3, customized=(), exponential=(0.01, 1.0, 2.0))
 """The proxy's producer backoff: 3 attempts, exponential 10 ms .. 1 s, x2 (docs/protocol.md §4.3)."""
 
 CONSUMER_TYPES: Final = frozenset(
@@ -68,7 +69,7 @@ _RESERVED_CLIENT_PROPERTY_PREFIX: Final = "rocketmq."
 
 
 @dataclass(frozen=True, slots=True)
-class ClientSettings:
+class HandshakeSettings:
     """What the server remembers about a client after its Settings (the proxy's `CLIENT_SETTINGS_MAP`).
 
     Attributes:
@@ -113,29 +114,24 @@ def check_client_properties(properties: dict[str, str]) -> None:
         )
 
 
-def _set_duration(target: object, seconds: float) -> None:
-    whole = int(seconds)
-    target.seconds = whole  # type: ignore[attr-defined]
-    target.nanos = round((seconds - whole) * 1e9)  # type: ignore[attr-defined]
-
-
-def retry_policy_pb(policy: RetryPolicy) -> d.RetryPolicy:
-    """`RetryPolicy` as sent in `Settings.backoff_policy`: exponential when configured, else customized."""
+def retry_policy_pb(policy: GroupRetryPolicy) -> d.RetryPolicy:
+    """A `GroupRetryPolicy` as sent in `Settings.backoff_policy`: exponential when configured, else
+    customized."""
     out = d.RetryPolicy(max_attempts=policy.max_attempts)
     if policy.exponential is not None:
         initial, maximum, multiplier = policy.exponential
-        _set_duration(out.exponential_backoff.initial, initial)
-        _set_duration(out.exponential_backoff.max, maximum)
+        fill_duration(out.exponential_backoff.initial, initial)
+        fill_duration(out.exponential_backoff.max, maximum)
         out.exponential_backoff.multiplier = multiplier
     else:
         for step in policy.customized:
-            _set_duration(out.customized_backoff.next.add(), step)
+            fill_duration(out.customized_backoff.next.add(), step)
         # An empty customized list must still select the customized strategy.
         out.customized_backoff.SetInParent()
     return out
 
 
-def merge_settings(reported: d.Settings, group_info: GroupInfo | None) -> ClientSettings:
+def merge_settings(reported: d.Settings, group_info: GroupInfo | None) -> HandshakeSettings:
     """Validate the client's `reported` Settings and build the authoritative reply.
 
     `group_info` is the consumer group's info (looked up by the caller from
@@ -173,14 +169,14 @@ def merge_settings(reported: d.Settings, group_info: GroupInfo | None) -> Client
         sub = merged.subscription
         sub.fifo = fifo
         sub.receive_batch_size = RECEIVE_BATCH_SIZE
-        _set_duration(sub.long_polling_timeout, LONG_POLLING_TIMEOUT)
+        fill_duration(sub.long_polling_timeout, LONG_POLLING_TIMEOUT)
         # No lite-topic quotas: 5.5.0's GrpcClientSettingsManager sends lite_subscription_quota (2000) and
         # max_lite_topic_size (64) to every consumer, the pinned 5.4.0 sends neither, and the embedded
         # server has no lite topics.
     client_type = (
         reported.client_type if reported.HasField("client_type") else d.ClientType.CLIENT_TYPE_UNSPECIFIED
     )
-    return ClientSettings(
+    return HandshakeSettings(
         client_type=client_type,
         group=group,
         fifo=fifo,

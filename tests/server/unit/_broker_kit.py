@@ -8,7 +8,7 @@ from typing import Any
 
 from thrust.server.core.broker import Broker
 from thrust.server.core.catalog import Catalog
-from thrust.server.core.model import Delivery, InboundMessage, MessageType, RetryPolicy
+from thrust.server.core.model import Delivery, GroupRetryPolicy, InboundMessage, MessageType
 
 T0 = 1_700_000_000.0
 
@@ -70,7 +70,7 @@ def make(
 ) -> tuple[Catalog, Broker]:
     catalog = Catalog()
     catalog.create_topic("t", queues, types or (MessageType.NORMAL,))
-    retry = RetryPolicy(max_attempts=max_attempts) if max_attempts is not None else None
+    retry = GroupRetryPolicy(max_attempts=max_attempts) if max_attempts is not None else None
     catalog.create_group("g", fifo=fifo, retry=retry)
     broker = Broker("broker-a", catalog, **broker_kwargs)
     return catalog, broker

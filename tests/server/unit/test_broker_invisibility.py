@@ -10,7 +10,7 @@ from tests.server.unit._broker_kit import T0, ack, ids, make, msg, nack, pop
 from thrust._codec.status import Code
 from thrust.server.core.broker import RELEASE_DELAY, Broker, broker_of_handle
 from thrust.server.core.catalog import Catalog
-from thrust.server.core.model import BrokerError, Delivery, RetryPolicy
+from thrust.server.core.model import BrokerError, Delivery, GroupRetryPolicy
 
 
 def _invalid(call: object) -> BrokerError:
@@ -296,7 +296,7 @@ def test_auto_renew_nack_with_original_handle() -> None:
 
 def test_auto_renew_stops_after_three_hours_with_retry_delay() -> None:
     catalog, broker = make(queues=1)
-    catalog.create_group("g", retry=RetryPolicy(customized=(7.0,)))
+    catalog.create_group("g", retry=GroupRetryPolicy(customized=(7.0,)))
     broker.send([msg()], T0)
     [d] = pop(broker, T0, auto_renew=True)
     # Renew points: 60, +60, +180, +300, +600, +1800, +3600, +3600, ... until 3 h of consumption.
@@ -378,7 +378,7 @@ def test_stale_timer_entries_are_compacted() -> None:
             ack(broker, d, T0)
     assert broker.inflight("g", "t") == 0
     assert broker.next_event_time() is None
-    assert len(broker._timers._heap) <= 1024 + 2  # type: ignore[attr-defined]
+    assert broker.invisibility_timer_entries <= 1024 + 2
 
 
 def test_deliveries_are_consistent_objects() -> None:

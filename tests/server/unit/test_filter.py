@@ -2,9 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from thrust._codec.status import Code
-from thrust._codec.validation import Invalid
-from thrust.server.core.filter import (
+from thrust._codec.filter import (
     MATCH_ALL,
     MAX_NESTING,
     FilterKind,
@@ -12,6 +10,8 @@ from thrust.server.core.filter import (
     MessageFilter,
     compile_filter,
 )
+from thrust._codec.status import Code
+from thrust._codec.validation import Invalid
 
 
 def sql(expression: str) -> MessageFilter:

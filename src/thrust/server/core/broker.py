@@ -3,11 +3,15 @@
 Pure and synchronous: no grpc, no asyncio, no threads, no clock. Every mutating call takes `now`
 (epoch seconds); the service layer owns the clock and calls `tick(now)` / re-pops at `next_event_time()`.
 
-`Broker` is the public API on top of layers, one module each (see broker_state.py): the data
-(`BrokerState`), FIFO message groups (`FifoGroups`), in-flight records and receipt handles
-(`InflightRecords`), delay and transactions (`ScheduledMessages`). Here: storing a request's messages
-(`send`), popping (`pop`), settling (`ack`, `change_invisible_duration`, `forward_to_dead_letter_queue`,
-`release_client`) and inspection.
+`Broker` is the public API over objects that each own one part of the state, one module each:
+`MessageStore` (store.py: every topic's queue logs), `Subscriptions` (records.py: each group's cursors,
+retry queues and records), `FifoGroups` (fifo.py: message-group order), `InflightRecords` (inflight.py:
+delivered records, invisibility timers, auto-renew, receipt handles, dead letters), `DelayedMessages`
+and `Transactions` (scheduled.py: held messages and their timers). The broker passes each what it needs
+and moves messages between them: delayed and committed messages into the store, records into flight.
+Here: storing a request's messages (`send`), popping (`pop`), settling (`ack`,
+`change_invisible_duration`, `forward_to_dead_letter_queue`, `release_client`), the clock (`tick`,
+`next_event_time`) and inspection.
 
 Every public call first advances the timers to `now` (amortised O(number of due events)), so pop is
 O(batch) amortised plus messages skipped by the filter; nothing scans the backlog.
@@ -19,17 +23,9 @@ import zlib
 from collections.abc import Sequence
 
 from thrust._codec.status import Code
-from thrust.server.core.broker_state import (
-    _READY,
-    _DeliverFn,
-    _QueueLog,
-    _Rec,
-    _Sub,
-    _SubQueue,
-    _TopicState,
-    _Txn,
-)
-from thrust.server.core.inflight import broker_of_handle
+from thrust.server.core.catalog import Catalog
+from thrust.server.core.fifo import FifoGroups
+from thrust.server.core.inflight import InflightRecords, broker_of_handle
 from thrust.server.core.model import (
     BrokerError,
     Delivery,
@@ -39,8 +35,11 @@ from thrust.server.core.model import (
     SendResult,
     StoredMessage,
     TopicInfo,
+    TransactionCheck,
 )
-from thrust.server.core.scheduled import ScheduledMessages
+from thrust.server.core.records import READY, Batch, DeliverFn, Record, SubQueue, Subscription, Subscriptions
+from thrust.server.core.scheduled import DelayedMessages, Transactions
+from thrust.server.core.store import MessageStore, QueueLog, TopicQueues
 
 __all__ = ["MAX_BATCH_SIZE", "MAX_INVISIBLE_DURATION", "RELEASE_DELAY", "Broker", "broker_of_handle"]
 
@@ -50,8 +49,6 @@ MAX_BATCH_SIZE = 32
 MAX_INVISIBLE_DURATION = 12 * 3600.0
 #: Unregistering a client nacks its auto-renewed messages with 1 s (docs/protocol.md §4.7).
 RELEASE_DELAY = 1.0
-#: Remembered attempt ids per (group, topic) for reentrant pops.
-_ATTEMPT_MEMORY = 1024
 
 
 def _not_hosted(topic: str, broker: str) -> BrokerError:
@@ -60,7 +57,7 @@ def _not_hosted(topic: str, broker: str) -> BrokerError:
     return BrokerError(Code.TOPIC_NOT_FOUND, f"topic {topic!r} does not exist on broker {broker!r}")
 
 
-class Broker(ScheduledMessages):
+class Broker:
     """The state of one broker: every topic's queues and every group's consumption of them.
 
     Args:
@@ -84,7 +81,65 @@ class Broker(ScheduledMessages):
         ValueError: invalid configuration.
     """
 
-    __slots__ = ()
+    __slots__ = (
+        "_auto_renew_invisible",
+        "_catalog",
+        "_delayed",
+        "_delayed_heap",
+        "_fifo",
+        "_inflight",
+        "_inflight_heap",
+        "_max_delay",
+        "_max_held",
+        "_store",
+        "_subs",
+        "_txns",
+        "name",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        catalog: Catalog,
+        *,
+        transaction_check_after: float = 6.0,
+        transaction_check_interval: float = 6.0,
+        transaction_max_checks: int = 15,
+        auto_renew_invisible: float = 60.0,
+        max_delay: float = 86400.0,
+        receipt_secret: bytes | None = None,
+        retention_messages: int = 1_000_000,
+        retention_bytes: int = 256 * 1024 * 1024,
+        max_held_messages: int = 1_000_000,
+        fifo_read_ahead: int = 4096,
+    ) -> None:
+        if not name or any(c.isspace() for c in name):
+            raise ValueError(f"broker name must be non-empty without whitespace: {name!r}")
+        if transaction_check_interval <= 0 or auto_renew_invisible <= 0:
+            raise ValueError("transaction_check_interval and auto_renew_invisible must be positive")
+        if retention_messages < 1 or retention_bytes < 1 or fifo_read_ahead < 1:
+            raise ValueError("retention limits and fifo_read_ahead must be positive")
+        self.name = name
+        self._catalog = catalog
+        self._auto_renew_invisible = auto_renew_invisible
+        self._max_delay = max_delay
+        self._max_held = max_held_messages
+        self._store = MessageStore(
+            name, retention_messages=retention_messages, retention_bytes=retention_bytes
+        )
+        self._subs = Subscriptions()
+        self._fifo = FifoGroups(fifo_read_ahead)
+        self._inflight = InflightRecords(name, catalog, self._store, receipt_secret)
+        self._delayed = DelayedMessages(name)
+        # The two heaps every request peeks at (`_advance`), kept to skip two method calls per request.
+        self._delayed_heap = self._delayed.timer_heap
+        self._inflight_heap = self._inflight.timer_heap
+        self._txns = Transactions(
+            name,
+            check_after=transaction_check_after,
+            check_interval=transaction_check_interval,
+            max_checks=transaction_max_checks,
+        )
 
     # ------------------------------------------------------------------ producing
 
@@ -131,49 +186,40 @@ class Broker(ScheduledMessages):
                 )
             if message.message_type == MessageType.TRANSACTION or (due is not None and due > now):
                 held += 1
-        if held and len(self._held) + len(self._txns) + held > self._max_held:
+        if held and len(self._delayed) + len(self._txns) + held > self._max_held:
             raise BrokerError(Code.TOO_MANY_REQUESTS, "too many delayed or prepared messages held")
-        ts = self._topic_state(info)
-        queue_id = self._select_queue(ts, info, messages)
+        store = self._store
+        tq = store.queues(info)
+        queue_id = self._select_queue(tq, info, messages)
         results: list[SendResult] = []
         for message in messages:
             due = message.delivery_timestamp
             if message.message_type == MessageType.TRANSACTION:
-                txn_id = self._new_transaction_id()
-                stored = StoredMessage.of(
-                    message,
-                    queue_id=queue_id,
-                    offset=self._next_half_offset(),
-                    store_timestamp=now,
-                    broker=self.name,
-                    transaction_id=txn_id,
+                stored = self._txns.prepare(message, queue_id, tq, now)
+                results.append(
+                    SendResult(message.message_id, queue_id, stored.offset, stored.transaction_id, "")
                 )
-                txn = _Txn(stored, ts)
-                self._txns[txn_id] = txn
-                after = message.transaction_recovery_after
-                self._txn_timers.push(txn, now + (self._txn_check_after if after is None else after))
-                results.append(SendResult(message.message_id, queue_id, stored.offset, txn_id, ""))
             elif due is not None:
-                recall = self._new_recall_handle()
+                recall = self._delayed.new_recall_handle()
                 if due > now:
                     stored = StoredMessage.of(
                         message,
                         queue_id=queue_id,
-                        offset=self._next_timer_offset(),
+                        offset=self._delayed.next_offset(),
                         store_timestamp=now,
                         broker=self.name,
                     )
-                    self._hold(recall, stored, ts)
+                    self._delayed.hold(recall, stored, tq)
                 else:
                     # Already due: stored at once; the handle resolves to nothing (recall → NOT_FOUND).
-                    stored = self._append(ts, queue_id, message, now)
+                    stored = store.append(tq, queue_id, message, now)
                 results.append(SendResult(message.message_id, queue_id, stored.offset, "", recall))
             else:
-                stored = self._append(ts, queue_id, message, now)
+                stored = store.append(tq, queue_id, message, now)
                 results.append(SendResult(message.message_id, queue_id, stored.offset, "", ""))
         return results
 
-    def _select_queue(self, ts: _TopicState, info: TopicInfo, messages: Sequence[InboundMessage]) -> int:
+    def _select_queue(self, tq: TopicQueues, info: TopicInfo, messages: Sequence[InboundMessage]) -> int:
         if len(messages) == 1:
             priority = messages[0].priority
             if priority is not None and messages[0].message_type == MessageType.PRIORITY:
@@ -188,8 +234,8 @@ class Broker(ScheduledMessages):
             if group:
                 # Stable across processes (unlike hash()): the same group always lands on the same queue.
                 return zlib.crc32(group.encode("utf-8", "surrogatepass")) % info.queues
-        queue_id = ts.rr % info.queues
-        ts.rr += 1
+        queue_id = tq.rr % info.queues
+        tq.rr += 1
         return queue_id
 
     # ------------------------------------------------------------------ consuming
@@ -243,25 +289,27 @@ class Broker(ScheduledMessages):
                     Code.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible_duration:g} s out of range"
                 )
             invisible = invisible_duration
-        ts = self._topic_state(info)
-        nqueues = len(ts.logs)
+        tq = self._store.queues(info)
+        nqueues = len(tq.logs)
         if queue_id != -1 and not 0 <= queue_id < nqueues:
             raise BrokerError(Code.BAD_REQUEST, f"topic {topic!r} has no queue {queue_id}")
-        sub = self._sub(ginfo, ts)
+        sub = self._subs.open(ginfo, tq)
+        inflight = self._inflight
         if attempt_id:
-            again = self._repop(sub, attempt_id)
+            again = inflight.repop(sub, attempt_id)
             if again:
                 return again
         need = min(batch_size, MAX_BATCH_SIZE)
-        self._pop_serial += 1
-        batch: list[tuple[_Rec, int, Delivery]] = []
+        serial = inflight.begin_pop()
+        batch: Batch = []
+        deliver_record = inflight.deliver
 
-        def deliver(rec: _Rec) -> None:
-            delivery = self._deliver(rec, now, invisible, auto_renew, client_id, attempt_id)
+        def deliver(rec: Record) -> None:
+            delivery = deliver_record(rec, now, invisible, auto_renew, client_id, attempt_id)
             batch.append((rec, rec.nonce, delivery))
 
         if queue_id == -1 and info.priority and not sub.fifo:
-            self._take_by_priority(sub, ts.logs, message_filter, need, deliver)
+            self._take_by_priority(sub, tq.logs, message_filter, need, deliver)
             order: Sequence[int] = ()
         elif queue_id == -1:
             start = sub.rr % nqueues
@@ -274,33 +322,21 @@ class Broker(ScheduledMessages):
             if remaining <= 0:
                 break
             if sub.fifo:
-                self._take_fifo(sub, qid, ts.logs[qid], message_filter, remaining, deliver)
+                self._fifo.take(sub, qid, tq.logs[qid], message_filter, remaining, deliver, serial)
             else:
-                self._take_normal(sub, qid, ts.logs[qid], message_filter, remaining, deliver)
+                self._take_normal(sub, qid, tq.logs[qid], message_filter, remaining, deliver)
         if attempt_id and batch:
-            stale = sub.attempts.pop(attempt_id, None)
-            if stale is not None:
-                for rec, _, _ in stale:
-                    if rec.batch is stale:
-                        rec.batch = None
-            sub.attempts[attempt_id] = batch
-            for rec, _, _ in batch:
-                rec.batch = batch
-            while len(sub.attempts) > _ATTEMPT_MEMORY:
-                _, old = sub.attempts.popitem(last=False)
-                for rec, _, _ in old:
-                    if rec.batch is old:
-                        rec.batch = None
+            inflight.remember_batch(sub, attempt_id, batch)
         return [delivery for _, _, delivery in batch]
 
     def _take_normal(
         self,
-        sub: _Sub,
+        sub: Subscription,
         qid: int,
-        log: _QueueLog,
+        log: QueueLog,
         flt: MessageMatcher,
         need: int,
-        deliver: _DeliverFn,
+        deliver: DeliverFn,
     ) -> None:
         sq = sub.queues[qid]
         for _ in range(need):
@@ -316,7 +352,7 @@ class Broker(ScheduledMessages):
             deliver(rec)
 
     def _take_by_priority(
-        self, sub: _Sub, logs: list[_QueueLog], flt: MessageMatcher, need: int, deliver: _DeliverFn
+        self, sub: Subscription, logs: list[QueueLog], flt: MessageMatcher, need: int, deliver: DeliverFn
     ) -> None:
         """Priority mode (upstream `PopMessageProcessor.processRequest` for a PRIORITY topic and a
         non-FIFO pop, with the group's default `priority.factor` 100 and `priorityOrderAsc`): new messages
@@ -336,21 +372,21 @@ class Broker(ScheduledMessages):
                 deliver(rec)
                 need -= 1
 
-    def _next_retry(self, sq: _SubQueue, flt: MessageMatcher) -> _Rec | None:
+    def _next_retry(self, sq: SubQueue, flt: MessageMatcher) -> Record | None:
         while sq.retry:
             rec = sq.retry.popleft()
-            if rec.state != _READY:
+            if rec.state != READY:
                 continue
             if not flt.matches(rec.msg.tag, rec.msg.properties):
                 # Subscription changed: upstream acks non-matching messages (docs/protocol.md §6.3).
-                self._finish(rec)
+                self._inflight.finish(rec)
                 continue
             return rec
         return None
 
     def _next_new(
-        self, sub: _Sub, sq: _SubQueue, qid: int, log: _QueueLog, flt: MessageMatcher
-    ) -> _Rec | None:
+        self, sub: Subscription, sq: SubQueue, qid: int, log: QueueLog, flt: MessageMatcher
+    ) -> Record | None:
         cursor = max(sq.cursor, log.base)  # messages trimmed before this group read them are lost to it
         end = log.end
         items = log.items
@@ -360,7 +396,7 @@ class Broker(ScheduledMessages):
             cursor += 1
             if flt.matches(message.tag, message.properties):
                 sq.cursor = cursor
-                rec = _Rec(sub, message, None)
+                rec = Record(sub, message, None)
                 sub.records[(qid, message.offset)] = rec
                 return rec
         sq.cursor = cursor
@@ -381,7 +417,7 @@ class Broker(ScheduledMessages):
             BrokerError(TOPIC_NOT_FOUND / CONSUMER_GROUP_NOT_FOUND): unknown topic or group.
         """
         rec = self._resolve_handle(group, topic, receipt_handle, message_id, now)
-        self._finish(rec)
+        self._inflight.finish(rec)
 
     def change_invisible_duration(
         self,
@@ -407,13 +443,7 @@ class Broker(ScheduledMessages):
         if not 0 <= duration <= MAX_INVISIBLE_DURATION:
             raise BrokerError(Code.ILLEGAL_INVISIBLE_TIME, f"invisible duration {duration:g} s out of range")
         rec = self._resolve_handle(group, topic, receipt_handle, message_id, now)
-        self._stop_renewing(rec)
-        self._forget_batch(rec)
-        rec.nonce = self._next_nonce()
-        rec.until = now + duration
-        self._timers.push(rec, rec.until)
-        rec.handle = self._encode_handle(rec, now, duration, auto=False)
-        return rec.handle
+        return self._inflight.change_invisible(rec, now, duration)
 
     def forward_to_dead_letter_queue(
         self, *, client_id: str, group: str, topic: str, receipt_handle: str, message_id: str, now: float
@@ -424,7 +454,7 @@ class Broker(ScheduledMessages):
             BrokerError(INVALID_RECEIPT_HANDLE): as for `ack`.
         """
         rec = self._resolve_handle(group, topic, receipt_handle, message_id, now)
-        self._dead_letter(rec, now)
+        self._inflight.dead_letter(rec, now)
 
     def release_client(self, client_id: str, now: float) -> None:
         """The client left (NotifyClientTermination or lost stream): stop renewing its messages.
@@ -434,10 +464,97 @@ class Broker(ScheduledMessages):
         until then. Messages popped without auto-renew keep their own invisible time.
         """
         self._advance(now)
-        for rec in self._clients.pop(client_id, ()):
-            rec.auto_renew = False
-            rec.until = now + RELEASE_DELAY
-            self._timers.push(rec, rec.until)
+        self._inflight.release_client(client_id, now, RELEASE_DELAY)
+
+    # ------------------------------------------------------------------ delay, transactions, the clock
+
+    def recall(self, *, topic: str, recall_handle: str, now: float) -> str:
+        """Cancel a delayed message before its delivery time; returns its message id (RecallMessage).
+
+        Raises:
+            BrokerError(BAD_REQUEST): a malformed handle, one from another broker, or another topic's.
+            BrokerError(NOT_FOUND): unknown, already recalled, or already delivered. The reference lists
+                no dedicated code; NOT_FOUND (40400) is the generic "no such thing" one.
+        """
+        self._advance(now)
+        return self._delayed.recall(topic, recall_handle)
+
+    def end_transaction(
+        self, *, topic: str, message_id: str, transaction_id: str, commit: bool | None, now: float
+    ) -> None:
+        """Commit (the message becomes deliverable) or roll back (discarded) a prepared message.
+
+        Repeating the outcome a transaction already got is accepted (a retried EndTransaction).
+        `commit=None` (the resolution left unspecified) resolves nothing: the message stays prepared and
+        its checks go on, as upstream, which passes TransactionStatus.UNKNOWN to the broker
+        (EndTransactionActivity) and answers OK.
+
+        Raises:
+            BrokerError(INVALID_TRANSACTION_ID): unknown id, an id of another topic or message, or a
+                resolution contradicting the one already applied (including a give-up rollback).
+        """
+        self._advance(now)
+        committed = self._txns.end(topic, message_id, transaction_id, commit)
+        if committed is None:
+            return
+        stored, tq = committed
+        due = stored.delivery_timestamp
+        if due is not None and due > now:
+            self._delayed.hold_committed(stored, tq)
+        else:
+            self._store.append_stored(tq, stored.queue_id, stored, now)
+
+    def tick(self, now: float) -> list[TransactionCheck]:
+        """Advance every timer to `now`; returns the transaction checks that are due.
+
+        Delayed messages due are stored, expired invisibility makes messages visible (or dead-letters
+        them), auto-renewals happen. Each prepared transactional message is checked first after
+        `transaction_recovery_after` (else `transaction_check_after`), then every
+        `transaction_check_interval` until resolved; when a check falls due after `transaction_max_checks`
+        checks, the broker gives up and rolls the message back.
+        """
+        self._advance(now)
+        return self._txns.due_checks(now)
+
+    def next_event_time(self) -> float | None:
+        """The earliest moment something changes without a request, or None when nothing is pending.
+
+        That is the soonest of: a delayed message due, an in-flight message's invisibility ending (or
+        its auto-renewal), a transaction check due. It may already be past when `tick`/`pop` has not run
+        since. Acks, sends and other requests also change what pop returns; the service handles those.
+        """
+        best: float | None = None
+        for when in (self._inflight.next_time(), self._delayed.next_time(), self._txns.next_time()):
+            if when is not None and (best is None or when < best):
+                best = when
+        return best
+
+    def _advance(self, now: float) -> None:
+        """Apply every timer due at `now`: delayed messages land, invisibility expires or renews."""
+        # Fast path (every request comes through here): nothing can be due when both heap tops,
+        # stale or not, lie in the future.
+        delayed_heap = self._delayed_heap
+        inflight_heap = self._inflight_heap
+        if (not delayed_heap or delayed_heap[0][0] > now) and (
+            not inflight_heap or inflight_heap[0][0] > now
+        ):
+            return
+        delayed = self._delayed
+        inflight = self._inflight
+        store = self._store
+        while (due := delayed.pop_due(now)) is not None:
+            when, held = due
+            queue_id = min(held.msg.queue_id, len(held.topic.logs) - 1)
+            store.append_stored(held.topic, queue_id, held.msg, when)
+        inflight.expire_due(now)
+
+    def _resolve_handle(self, group: str, topic: str, handle: str, message_id: str, now: float) -> Record:
+        """The in-flight record `handle` designates, or BrokerError(INVALID_RECEIPT_HANDLE)."""
+        ref = self._inflight.parse_handle(handle, now)
+        self._catalog.topic(topic)
+        self._catalog.group(group)
+        self._advance(now)
+        return self._inflight.lookup(self._subs.get(group, topic), ref, handle, message_id)
 
     # ------------------------------------------------------------------ inspection
 
@@ -448,14 +565,14 @@ class Broker(ScheduledMessages):
         counting in-flight ones). Without: the largest such count over the groups consuming the topic,
         or every stored message when no group has consumed it yet. Unknown topics have no backlog.
         """
-        ts = self._topics.get(topic)
-        if ts is None:
+        tq = self._store.get(topic)
+        if tq is None:
             return 0
         if group is not None:
-            sub = self._subs.get((group, topic))
-            return self._lag(ts, sub)
-        lags = [self._lag(ts, sub) for (_, name), sub in self._subs.items() if name == topic]
-        return max(lags) if lags else self._lag(ts, None)
+            sub = self._subs.get(group, topic)
+            return sum(len(log.items) for log in tq.logs) if sub is None else sub.lag(tq)
+        lags = [sub.lag(tq) for sub in self._subs.of_topic(topic)]
+        return max(lags) if lags else sum(len(log.items) for log in tq.logs)
 
     def inflight(self, group: str, topic: str) -> int:
         """Messages of `topic` delivered to `group`, not acked, and still invisible.
@@ -463,17 +580,21 @@ class Broker(ScheduledMessages):
         Like `backlog`, this reads the state as of the last call that advanced time (any request or
         `tick`); call `tick(now)` first for an exact figure at `now`.
         """
-        sub = self._subs.get((group, topic))
+        sub = self._subs.get(group, topic)
         return 0 if sub is None else sub.n_inflight
+
+    @property
+    def invisibility_timer_entries(self) -> int:
+        """Entries of the invisibility timer heap, live and stale (a test hook for its compaction)."""
+        return self._inflight.timer_entries
 
     def messages(self, topic: str) -> list[StoredMessage]:
         """Committed messages of `topic` on this broker: the stored ones in (queue, offset) order, then
         the delayed ones not yet due (uncommitted transactional messages are not included)."""
-        ts = self._topics.get(topic)
-        if ts is None:
+        if self._store.get(topic) is None:
             return []
-        out = [message for log in ts.logs for message in log.items]
-        out.extend(held.msg for held in self._delayed.items() if held.msg.topic == topic)
+        out = list(self._store.stored(topic))
+        out.extend(self._delayed.pending(topic))
         return out
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from thrust._codec.status import Code
-from thrust.server.core.model import BrokerError, GroupInfo, MessageType, RetryPolicy, TopicInfo
+from thrust.server.core.model import BrokerError, GroupInfo, GroupRetryPolicy, MessageType, TopicInfo
 
 __all__ = ["DLQ_PREFIX", "Catalog", "dead_letter_topic"]
 
@@ -118,7 +118,9 @@ class Catalog:
             info = self.create_topic(name, 1, (MessageType.NORMAL,))
         return info
 
-    def create_group(self, name: str, *, fifo: bool = False, retry: RetryPolicy | None = None) -> GroupInfo:
+    def create_group(
+        self, name: str, *, fifo: bool = False, retry: GroupRetryPolicy | None = None
+    ) -> GroupInfo:
         """Create (or reconfigure) a consumer group; returns its info.
 
         Raises:
@@ -126,7 +128,7 @@ class Catalog:
         """
         if not name:
             raise BrokerError(Code.BAD_REQUEST, "group name is empty")
-        policy = retry if retry is not None else RetryPolicy()
+        policy = retry if retry is not None else GroupRetryPolicy()
         if policy.max_attempts < 1:
             raise BrokerError(Code.BAD_REQUEST, f"max_attempts must be >= 1, got {policy.max_attempts}")
         info = GroupInfo(name=name, fifo=fifo, retry=policy)

@@ -1,7 +1,9 @@
 """FIFO consumption on the broker: message groups, blocking, and which message of a queue goes next.
 
-A FIFO group's messages are read into per-message-group deques; a message group is blocked while an
-earlier message of it is in flight, unless it was delivered in the same pop (docs/protocol.md §7.6).
+A FIFO group's messages are read into per-message-group deques (`SubQueue.groups`, records.py); a
+message group is blocked while an earlier message of it is in flight, unless it was delivered in the
+same pop (docs/protocol.md §7.6). `FifoGroups` holds only the read-ahead limit: the per-group state
+lives in each subscription's queues, and the pop serial comes with each call.
 """
 
 from __future__ import annotations
@@ -9,50 +11,79 @@ from __future__ import annotations
 import heapq
 from collections import deque
 
-from thrust.server.core.broker_state import (
-    _DONE,
-    _INFLIGHT,
-    _READY,
-    BrokerState,
-    _DeliverFn,
-    _QueueLog,
-    _Rec,
-    _Sub,
-    _SubQueue,
-)
-from thrust.server.core.model import (
-    MessageMatcher,
-)
+from thrust.server.core.model import MessageMatcher
+from thrust.server.core.records import DONE, INFLIGHT, READY, DeliverFn, Record, SubQueue, Subscription
+from thrust.server.core.store import QueueLog
 
 
-class FifoGroups(BrokerState):
-    """The FIFO layer of `Broker`: reading messages into message groups and taking deliverable heads."""
+def first_deliverable(dq: deque[Record], serial: int) -> int | None:
+    """Offset of the message group's next deliverable message, or None when the group is blocked.
 
-    __slots__ = ()
+    `serial` is the current pop's: a message delivered in this same pop does not block.
+    """
+    for rec in dq:
+        if rec.state == READY:
+            return rec.msg.offset
+        if rec.state == INFLIGHT and rec.popped_in != serial:
+            return None
+    return None
 
-    def _take_fifo(
+
+def settle(sub: Subscription, rec: Record) -> None:
+    """After `rec` changed state: drop finished heads; a visible head makes its group deliverable."""
+    key = rec.key
+    assert key is not None
+    sq = sub.queues[rec.queue_id]
+    dq = sq.groups.get(key)
+    if dq is None:
+        return
+    while dq and dq[0].state == DONE:
+        dq.popleft()
+    if not dq:
+        del sq.groups[key]
+        return
+    head = dq[0]
+    if head.state == READY:
+        heapq.heappush(sq.ready, (head.msg.offset, key))
+
+
+class FifoGroups:
+    """Reading a FIFO group's messages into message groups and taking deliverable heads.
+
+    Args:
+        read_ahead: per FIFO group and queue, how many unacknowledged messages may be read ahead past
+            blocked message groups to find deliverable ones.
+    """
+
+    __slots__ = ("_read_ahead",)
+
+    def __init__(self, read_ahead: int) -> None:
+        self._read_ahead = read_ahead
+
+    def take(
         self,
-        sub: _Sub,
+        sub: Subscription,
         qid: int,
-        log: _QueueLog,
+        log: QueueLog,
         flt: MessageMatcher,
         need: int,
-        deliver: _DeliverFn,
+        deliver: DeliverFn,
+        serial: int,
     ) -> None:
+        """Deliver up to `need` messages of queue `qid` in message-group order within pop `serial`."""
         sq = sub.queues[qid]
-        serial = self._pop_serial
         taken = 0
         while taken < need:
-            key = self._next_ready_group(sub, sq, qid, log, flt)
+            key = self._next_ready_group(sub, sq, qid, log, flt, serial)
             if key is None:
                 return
             # Deliver the group's visible messages in offset order. Messages delivered earlier in this
             # same pop do not block (a batch carries consecutive messages of a group, like upstream's
             # FIFO pop); any other in-flight message blocks the rest of the group.
             for rec in sq.groups[key]:
-                if rec.state == _DONE:
+                if rec.state == DONE:
                     continue
-                if rec.state == _INFLIGHT:
+                if rec.state == INFLIGHT:
                     if rec.popped_in == serial:
                         continue
                     break
@@ -61,32 +92,24 @@ class FifoGroups(BrokerState):
                 if taken >= need:
                     break
 
-    def _first_deliverable(self, dq: deque[_Rec]) -> int | None:
-        """Offset of the message group's next deliverable message, or None when the group is blocked."""
-        serial = self._pop_serial
-        for rec in dq:
-            if rec.state == _READY:
-                return rec.msg.offset
-            if rec.state == _INFLIGHT and rec.popped_in != serial:
-                return None
-        return None
-
     def _next_ready_group(
-        self, sub: _Sub, sq: _SubQueue, qid: int, log: _QueueLog, flt: MessageMatcher
+        self, sub: Subscription, sq: SubQueue, qid: int, log: QueueLog, flt: MessageMatcher, serial: int
     ) -> str | int | None:
         ready = sq.ready
         while True:
             while ready:
                 offset, key = heapq.heappop(ready)
                 dq = sq.groups.get(key)
-                if dq and self._first_deliverable(dq) == offset:
+                if dq and first_deliverable(dq, serial) == offset:
                     return key
-            if not self._fifo_read_one(sub, sq, qid, log, flt):
+            if not self._read_one(sub, sq, qid, log, flt, serial):
                 return None
 
-    def _fifo_read_one(self, sub: _Sub, sq: _SubQueue, qid: int, log: _QueueLog, flt: MessageMatcher) -> bool:
+    def _read_one(
+        self, sub: Subscription, sq: SubQueue, qid: int, log: QueueLog, flt: MessageMatcher, serial: int
+    ) -> bool:
         """Read the next matching message into its message group; False at the end or the read-ahead cap."""
-        if sq.pending >= self._fifo_read_ahead:
+        if sq.pending >= self._read_ahead:
             return False
         cursor = max(sq.cursor, log.base)
         end = log.end
@@ -98,32 +121,15 @@ class FifoGroups(BrokerState):
             sq.cursor = cursor
             # Messages without a message group are not ordered: each gets a key of its own.
             key: str | int = message.message_group if message.message_group else message.offset
-            rec = _Rec(sub, message, key)
+            rec = Record(sub, message, key)
             sub.records[(qid, message.offset)] = rec
             dq = sq.groups.get(key)
             if dq is None:
                 dq = sq.groups[key] = deque()
             dq.append(rec)
             sq.pending += 1
-            if len(dq) == 1 or self._first_deliverable(dq) == message.offset:
+            if len(dq) == 1 or first_deliverable(dq, serial) == message.offset:
                 heapq.heappush(sq.ready, (message.offset, key))
             return True
         sq.cursor = cursor
         return False
-
-    def _fifo_settle(self, sub: _Sub, rec: _Rec) -> None:
-        """After `rec` changed state: drop finished heads; a visible head makes its group deliverable."""
-        key = rec.key
-        assert key is not None
-        sq = sub.queues[rec.queue_id]
-        dq = sq.groups.get(key)
-        if dq is None:
-            return
-        while dq and dq[0].state == _DONE:
-            dq.popleft()
-        if not dq:
-            del sq.groups[key]
-            return
-        head = dq[0]
-        if head.state == _READY:
-            heapq.heappush(sq.ready, (head.msg.offset, key))

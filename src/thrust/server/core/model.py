@@ -1,5 +1,8 @@
 """Value types of the embedded broker core: messages in and out, topic and group metadata, errors.
 
+`MessageType` is the codec's (`thrust._codec.message_type`, also `thrust.MessageType`), re-exported
+here with the rest of the core's vocabulary.
+
 Everything here is immutable and free of protobuf: the service layer (`thrust.server.service`)
 translates between these and `apache.rocketmq.v2` messages. Times are epoch seconds as floats.
 """
@@ -8,9 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import IntEnum
 from typing import Protocol, cast
 
+from thrust._codec.message_type import MessageType
 from thrust._codec.status import Code
 
 __all__ = [
@@ -18,27 +21,16 @@ __all__ = [
     "BrokerError",
     "Delivery",
     "GroupInfo",
+    "GroupRetryPolicy",
     "InboundMessage",
     "MessageMatcher",
     "MessageType",
-    "RetryPolicy",
     "SendResult",
     "StoredMessage",
     "TopicInfo",
     "TransactionCheck",
     "inbound",
 ]
-
-
-class MessageType(IntEnum):
-    """`apache.rocketmq.v2.MessageType` (values identical; UNSPECIFIED=0 is never stored)."""
-
-    NORMAL = 1
-    FIFO = 2
-    DELAY = 3
-    TRANSACTION = 4
-    LITE = 5
-    PRIORITY = 6
 
 
 class BrokerError(Exception):
@@ -63,7 +55,7 @@ class BrokerError(Exception):
 class MessageMatcher(Protocol):
     """What `Broker.pop` needs from a subscription filter.
 
-    Structurally identical to `thrust.server.core.filter.MessageFilter` (TAG / SQL92 filters), so
+    Structurally identical to `thrust._codec.filter.MessageFilter` (TAG / SQL92 filters), so
     any compiled filter can be passed; declared here so the broker does not depend on the filter
     module's implementation.
     """
@@ -98,7 +90,7 @@ DEFAULT_CUSTOMIZED_BACKOFF: tuple[float, ...] = (
 
 
 @dataclass(frozen=True, slots=True)
-class RetryPolicy:
+class GroupRetryPolicy:
     """A consumer group's retry backoff, sent to consumers in `Settings.backoff_policy`
     (docs/protocol.md §4.3).
 
@@ -162,7 +154,7 @@ class GroupInfo:
 
     name: str
     fifo: bool = False
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    retry: GroupRetryPolicy = field(default_factory=GroupRetryPolicy)
 
 
 @dataclass(frozen=True, slots=True)

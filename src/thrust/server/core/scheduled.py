@@ -1,49 +1,97 @@
-"""Delayed and transactional messages, and the broker's clock (`tick`, `next_event_time`).
+"""Messages a broker holds before storing them: delayed ones and prepared (half) transactional ones.
 
 A delayed message waits in the broker's timer queue until its delivery time and can be recalled until
-then (docs/protocol.md §5.7); a transactional one waits as a half message until EndTransaction, and is
-checked with its producer until it is resolved (docs/protocol.md §5.8).
+then (docs/protocol.md §5.7): `DelayedMessages`. A transactional one waits as a half message until
+EndTransaction, and is checked with its producer until it is resolved (docs/protocol.md §5.8):
+`Transactions`. Neither stores anything itself: the broker lands what they release in its
+`MessageStore`.
 """
 
 from __future__ import annotations
 
 import secrets
+from collections import OrderedDict
+from collections.abc import Iterator
 
 from thrust._codec.status import Code
-from thrust.server.core.broker_state import (
-    _Held,
-    _TopicState,
-    _Txn,
-)
-from thrust.server.core.inflight import InflightRecords
-from thrust.server.core.model import (
-    BrokerError,
-    StoredMessage,
-    TransactionCheck,
-)
+from thrust.server.core.model import BrokerError, InboundMessage, StoredMessage, TransactionCheck
+from thrust.server.core.store import TopicQueues
+from thrust.server.core.timers import Timed, Timers
 
 #: Remembered transaction resolutions, so that a repeated EndTransaction with the same outcome is OK.
 _RESOLVED_MEMORY = 65536
 
 
-class ScheduledMessages(InflightRecords):
-    """The delay and transaction layer of `Broker`, and its clock."""
+class Held(Timed):
+    """A delayed message waiting for its delivery time (upstream: the timer/schedule topic)."""
 
-    __slots__ = ()
+    __slots__ = ("key", "msg", "topic")
 
-    def recall(self, *, topic: str, recall_handle: str, now: float) -> str:
-        """Cancel a delayed message before its delivery time; returns its message id (RecallMessage).
+    def __init__(self, key: str, msg: StoredMessage, topic: TopicQueues) -> None:
+        super().__init__()
+        self.key = key
+        self.msg = msg
+        self.topic = topic
 
-        Raises:
-            BrokerError(BAD_REQUEST): a malformed handle, one from another broker, or another topic's.
-            BrokerError(NOT_FOUND): unknown, already recalled, or already delivered. The reference lists
-                no dedicated code; NOT_FOUND (40400) is the generic "no such thing" one.
-        """
-        self._advance(now)
+
+class DelayedMessages:
+    """One broker's delayed messages, by recall handle, with their due times and the timer queue.
+
+    Args:
+        broker: the broker name in recall handles and on held messages.
+    """
+
+    __slots__ = ("_broker", "_delayed", "_held", "_serial", "_timer_offset")
+
+    def __init__(self, broker: str) -> None:
+        self._broker = broker
+        self._held: dict[str, Held] = {}  # by recall handle
+        self._delayed: Timers[Held] = Timers()
+        self._serial = 0
+        # Next offset of the holding queue (see `next_offset`): upstream's rmq_sys_wheel_timer, one
+        # queue (id 0) per broker.
+        self._timer_offset = 0
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def next_offset(self) -> int:
+        """Take the next offset of the broker's timer queue."""
+        # Upstream stores a message whose delivery time is in the future in the timer topic
+        # rmq_sys_wheel_timer, queue 0, not in its own topic (HookUtils.transformTimerMessage), and
+        # SendMessageProcessor answers that put's consume-queue offset (getLogicsOffset), which the proxy
+        # passes on as SendResultEntry.offset (SendMessageActivity). So the offset a producer sees for a
+        # delayed message counts every message that went through this broker's timer queue, whatever its
+        # topic; the message gets an offset in its own queue only when it lands. Whatever upstream puts
+        # into that queue takes an offset here too: delayed sends, delayed commits, recall markers.
+        offset = self._timer_offset
+        self._timer_offset += 1
+        return offset
+
+    def new_recall_handle(self) -> str:
+        self._serial += 1
+        return f"r {self._broker} {self._serial:x} {secrets.token_hex(8)}"
+
+    def hold(self, key: str, stored: StoredMessage, tq: TopicQueues) -> None:
+        """Hold `stored` (for `tq`) until its delivery time; `key` is its recall handle."""
+        held = Held(key, stored, tq)
+        self._held[key] = held
+        self._delayed.push(held, stored.delivery_timestamp or 0.0)
+
+    def hold_committed(self, stored: StoredMessage, tq: TopicQueues) -> None:
+        """Hold a committed transactional message whose delivery time is still ahead (no recall)."""
+        self._serial += 1
+        # The committed message goes through the timer queue upstream (EndTransactionProcessor puts
+        # it; HookUtils moves it to rmq_sys_wheel_timer), taking an offset there.
+        self.next_offset()
+        self.hold(f"txn {self._serial}", stored, tq)
+
+    def recall(self, topic: str, recall_handle: str) -> str:
+        """Cancel a held message; returns its message id (see `Broker.recall` for the errors)."""
         parts = recall_handle.split(" ")
         if len(parts) != 4 or parts[0] != "r":
             raise BrokerError(Code.BAD_REQUEST, "malformed recall handle")
-        if parts[1] != self.name:
+        if parts[1] != self._broker:
             raise BrokerError(Code.BAD_REQUEST, f"recall handle belongs to broker {parts[1]!r}")
         held = self._held.get(recall_handle)
         if held is None:
@@ -58,29 +106,111 @@ class ScheduledMessages(InflightRecords):
         self._delayed.cancel(held)
         # Upstream recalls by putting a delete marker (PROPERTY_TIMER_DEL_UNIQKEY) through the timer queue
         # (RecallMessageProcessor), which takes the next offset there.
-        self._next_timer_offset()
+        self.next_offset()
         return held.msg.message_id
 
-    def end_transaction(
-        self, *, topic: str, message_id: str, transaction_id: str, commit: bool | None, now: float
-    ) -> None:
-        """Commit (the message becomes deliverable) or roll back (discarded) a prepared message.
+    @property
+    def timer_heap(self) -> list[tuple[float, int, Held]]:
+        """Its timer heap, for the broker's per-request check (`Timers.heap`: read only)."""
+        return self._delayed.heap
 
-        Repeating the outcome a transaction already got is accepted (a retried EndTransaction).
-        `commit=None` (the resolution left unspecified) resolves nothing: the message stays prepared and
-        its checks go on, as upstream, which passes TransactionStatus.UNKNOWN to the broker
-        (EndTransactionActivity) and answers OK.
+    def pop_due(self, now: float) -> tuple[float, Held] | None:
+        """Release the earliest held message due at `now`, with its due time; None when none is."""
+        due = self._delayed.pop_due(now)
+        if due is not None:
+            self._held.pop(due[1].key, None)
+        return due
 
-        Raises:
-            BrokerError(INVALID_TRANSACTION_ID): unknown id, an id of another topic or message, or a
-                resolution contradicting the one already applied (including a give-up rollback).
+    def next_time(self) -> float | None:
+        return self._delayed.peek()
+
+    def pending(self, topic: str) -> Iterator[StoredMessage]:
+        """The held messages of `topic`, in no particular order."""
+        return (held.msg for held in self._delayed.items() if held.msg.topic == topic)
+
+
+class Txn(Timed):
+    """A prepared (half) transactional message waiting for EndTransaction."""
+
+    __slots__ = ("checks", "msg", "topic")
+
+    def __init__(self, msg: StoredMessage, topic: TopicQueues) -> None:
+        super().__init__()
+        self.msg = msg
+        self.topic = topic
+        self.checks = 0
+
+
+class Transactions:
+    """One broker's prepared transactional messages, their checks, and recent resolutions.
+
+    Args:
+        broker: the broker name in transaction ids and on half messages.
+        check_after / check_interval / max_checks: `Broker`'s transaction_check_* arguments.
+    """
+
+    __slots__ = (
+        "_broker",
+        "_check_after",
+        "_half_offset",
+        "_interval",
+        "_max_checks",
+        "_resolved",
+        "_serial",
+        "_timers",
+        "_txns",
+    )
+
+    def __init__(self, broker: str, *, check_after: float, check_interval: float, max_checks: int) -> None:
+        self._broker = broker
+        self._check_after = check_after
+        self._interval = check_interval
+        self._max_checks = max_checks
+        self._txns: dict[str, Txn] = {}  # by transaction id
+        self._timers: Timers[Txn] = Timers()
+        self._resolved: OrderedDict[str, tuple[str, str, bool]] = OrderedDict()
+        self._serial = 0
+        # Next offset of upstream's RMQ_SYS_TRANS_HALF_TOPIC, queue 0 (see `prepare`).
+        self._half_offset = 0
+
+    def __len__(self) -> int:
+        return len(self._txns)
+
+    def prepare(self, message: InboundMessage, queue_id: int, tq: TopicQueues, now: float) -> StoredMessage:
+        """Hold `message` as a half message for queue `queue_id` of `tq` and schedule its first check."""
+        self._serial += 1
+        txn_id = f"{self._broker}-{self._serial:x}-{secrets.token_hex(4)}"
+        # A prepared transactional message goes to RMQ_SYS_TRANS_HALF_TOPIC, queue 0
+        # (TransactionalMessageBridge.parseHalfMessageInner): its offset is the half queue's. (Upstream
+        # also re-puts a half message there at each check; the checks here do not count.)
+        offset = self._half_offset
+        self._half_offset += 1
+        stored = StoredMessage.of(
+            message,
+            queue_id=queue_id,
+            offset=offset,
+            store_timestamp=now,
+            broker=self._broker,
+            transaction_id=txn_id,
+        )
+        txn = Txn(stored, tq)
+        self._txns[txn_id] = txn
+        after = message.transaction_recovery_after
+        self._timers.push(txn, now + (self._check_after if after is None else after))
+        return stored
+
+    def end(
+        self, topic: str, message_id: str, transaction_id: str, commit: bool | None
+    ) -> tuple[StoredMessage, TopicQueues] | None:
+        """Resolve a prepared message; returns it with its topic's queues when committed, else None.
+
+        See `Broker.end_transaction` for the rules and errors.
         """
-        self._advance(now)
         txn = self._txns.get(transaction_id)
         if txn is None:
             done = self._resolved.get(transaction_id)
             if done is not None and (done == (topic, message_id, commit) or commit is None):
-                return
+                return None
             reason = "unknown transaction id" if done is None else "transaction already resolved otherwise"
             raise BrokerError(Code.INVALID_TRANSACTION_ID, f"{reason}: {transaction_id!r}")
         if txn.msg.topic != topic or txn.msg.message_id != message_id:
@@ -88,91 +218,31 @@ class ScheduledMessages(InflightRecords):
                 Code.INVALID_TRANSACTION_ID,
                 f"transaction {transaction_id!r} is not for message {message_id!r} of topic {topic!r}",
             )
-        if commit is not None:
-            self._resolve_transaction(txn, commit, now)
+        if commit is None:
+            return None
+        self._resolve(txn, commit)
+        return (txn.msg, txn.topic) if commit else None
 
-    def tick(self, now: float) -> list[TransactionCheck]:
-        """Advance every timer to `now`; returns the transaction checks that are due.
-
-        Delayed messages due are stored, expired invisibility makes messages visible (or dead-letters
-        them), auto-renewals happen. Each prepared transactional message is checked first after
-        `transaction_recovery_after` (else `transaction_check_after`), then every
-        `transaction_check_interval` until resolved; when a check falls due after `transaction_max_checks`
-        checks, the broker gives up and rolls the message back.
-        """
-        self._advance(now)
+    def due_checks(self, now: float) -> list[TransactionCheck]:
+        """The checks due at `now`; a message checked `max_checks` times is rolled back instead."""
         checks: list[TransactionCheck] = []
-        while (due := self._txn_timers.pop_due(now)) is not None:
+        while (due := self._timers.pop_due(now)) is not None:
             _, txn = due
-            if txn.checks >= self._txn_max_checks:
-                self._resolve_transaction(txn, False, now)
+            if txn.checks >= self._max_checks:
+                self._resolve(txn, False)
                 continue
             txn.checks += 1
             checks.append(TransactionCheck(txn.msg.producer_client_id, txn.msg, txn.msg.transaction_id))
-            self._txn_timers.push(txn, now + self._txn_interval)
+            self._timers.push(txn, now + self._interval)
         return checks
 
-    def next_event_time(self) -> float | None:
-        """The earliest moment something changes without a request, or None when nothing is pending.
+    def next_time(self) -> float | None:
+        return self._timers.peek()
 
-        That is the soonest of: a delayed message due, an in-flight message's invisibility ending (or
-        its auto-renewal), a transaction check due. It may already be past when `tick`/`pop` has not run
-        since. Acks, sends and other requests also change what pop returns; the service handles those.
-        """
-        best: float | None = None
-        for when in (self._timers.peek(), self._delayed.peek(), self._txn_timers.peek()):
-            if when is not None and (best is None or when < best):
-                best = when
-        return best
-
-    def _hold(self, key: str, stored: StoredMessage, ts: _TopicState) -> None:
-        held = _Held(key, stored, ts)
-        self._held[key] = held
-        self._delayed.push(held, stored.delivery_timestamp or 0.0)
-
-    def _next_timer_offset(self) -> int:
-        # Upstream stores a message whose delivery time is in the future in the timer topic
-        # rmq_sys_wheel_timer, queue 0, not in its own topic (HookUtils.transformTimerMessage), and
-        # SendMessageProcessor answers that put's consume-queue offset (getLogicsOffset), which the proxy
-        # passes on as SendResultEntry.offset (SendMessageActivity). So the offset a producer sees for a
-        # delayed message counts every message that went through this broker's timer queue, whatever its
-        # topic; the message gets an offset in its own queue only when it lands. Whatever upstream puts
-        # into that queue takes an offset here too: delayed sends, delayed commits, recall markers.
-        offset = self._timer_offset
-        self._timer_offset += 1
-        return offset
-
-    def _next_half_offset(self) -> int:
-        # Likewise a prepared transactional message goes to RMQ_SYS_TRANS_HALF_TOPIC, queue 0
-        # (TransactionalMessageBridge.parseHalfMessageInner): its offset is the half queue's. (Upstream
-        # also re-puts a half message there at each check; the checks here do not count.)
-        offset = self._half_offset
-        self._half_offset += 1
-        return offset
-
-    def _new_transaction_id(self) -> str:
-        self._serial += 1
-        return f"{self.name}-{self._serial:x}-{secrets.token_hex(4)}"
-
-    def _new_recall_handle(self) -> str:
-        self._serial += 1
-        return f"r {self.name} {self._serial:x} {secrets.token_hex(8)}"
-
-    def _resolve_transaction(self, txn: _Txn, commit: bool, now: float) -> None:
+    def _resolve(self, txn: Txn, commit: bool) -> None:
         stored = txn.msg
         del self._txns[stored.transaction_id]
-        self._txn_timers.cancel(txn)
+        self._timers.cancel(txn)
         self._resolved[stored.transaction_id] = (stored.topic, stored.message_id, commit)
         while len(self._resolved) > _RESOLVED_MEMORY:
             self._resolved.popitem(last=False)
-        if not commit:
-            return
-        due = stored.delivery_timestamp
-        if due is not None and due > now:
-            self._serial += 1
-            # The committed message goes through the timer queue upstream (EndTransactionProcessor puts
-            # it; HookUtils moves it to rmq_sys_wheel_timer), taking an offset there.
-            self._next_timer_offset()
-            self._hold(f"txn {self._serial}", stored, txn.topic)
-        else:
-            self._append_stored(txn.topic, stored.queue_id, stored, now)

@@ -16,20 +16,23 @@ Long polling is event-driven: a waiting ReceiveMessage parks a future under (bro
 acks of FIFO messages, nacks, transaction commits and the timer (visibility changes, delayed messages
 landing) wake the parked polls, each of which then pops once.
 
-Modules, one per RPC family plus the shared parts:
+Modules, one per RPC family plus the shared parts, from the top down (each imports only modules
+below it; the families none of each other):
 
-- `common`: `ServicerBase` (per-broker state, `_unary`: authentication, fault hooks, errors to `Status`),
-  name checks, status helpers;
+- `server`: `EmbeddedServer`, the process-wide state (brokers, ports, the clock); owns a
+  `ClientRegistry` and the servicers;
+- `transport`: grpc.aio server options and handler registration;
+- `servicer`: `MessagingServicer`, one port's servicer, owning one object per RPC family;
 - `route`: QueryRoute, QueryAssignment;
 - `client`: Heartbeat, NotifyClientTermination, Telemetry;
 - `producer`: SendMessage, EndTransaction, RecallMessage;
 - `consumer`: ReceiveMessage (long polls), AckMessage, ChangeInvisibleDuration,
   ForwardMessageToDeadLetterQueue;
 - `offsets`: the offset-mode and lite RPCs (NOT_IMPLEMENTED);
-- `servicer`: `MessagingServicer`, the families mixed together;
-- `transport`: grpc.aio server options and handler registration;
+- `port`: `Port` (what a port's families share: its broker, caches, `unary`: authentication, fault
+  hooks, errors to `Status`) and `ServerView` (what they may use of the server);
 - `registry`: `ClientRegistry`, the clients' Settings, Telemetry streams, expiry and server commands;
-- `server`: `EmbeddedServer`, the process-wide state (brokers, ports, clients, the clock).
+- `status`: `Status` helpers, the undecodable-request marker, the logger.
 """
 
 from thrust.server.service.server import MAX_RECEIVE_MESSAGE_LENGTH, EmbeddedServer

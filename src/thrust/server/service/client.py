@@ -13,19 +13,22 @@ from thrust._proto.apache.rocketmq.v2 import service_pb2 as s
 from thrust.server.auth import Caller
 from thrust.server.core.model import BrokerError
 from thrust.server.faults import Rpc
-from thrust.server.service.common import (
+from thrust.server.service.port import Port
+from thrust.server.service.registry import _Session
+from thrust.server.service.status import (
     _STATUS_OK,
-    ServicerBase,
     _error_status,
     _status,
     _undecodable,
     logger,
 )
-from thrust.server.service.registry import _Session
 
 
-class ClientRpcs(ServicerBase):
+class ClientRpcs:
     """Heartbeat, NotifyClientTermination, Telemetry."""
+
+    def __init__(self, port: Port) -> None:
+        self._port = port
 
     async def Heartbeat(
         self,
@@ -36,7 +39,7 @@ class ClientRpcs(ServicerBase):
             if request.HasField("group") and request.group.name:
                 check_group(request.group.name)
             # The proxy answers from the settings Telemetry stored (docs/protocol.md §4.1).
-            if self._server.client_settings(caller.client_id) is None:
+            if self._port.clients.client_settings(caller.client_id) is None:
                 return s.HeartbeatResponse(
                     status=_status(
                         Code.UNRECOGNIZED_CLIENT_TYPE, "cannot find client settings for this client"
@@ -44,7 +47,7 @@ class ClientRpcs(ServicerBase):
                 )
             return s.HeartbeatResponse(status=_STATUS_OK)
 
-        return await self._unary(Rpc.HEARTBEAT, context, work, lambda st: s.HeartbeatResponse(status=st))
+        return await self._port.unary(Rpc.HEARTBEAT, context, work, lambda st: s.HeartbeatResponse(status=st))
 
     async def NotifyClientTermination(
         self,
@@ -52,7 +55,7 @@ class ClientRpcs(ServicerBase):
         context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
     ) -> s.NotifyClientTerminationResponse:
         def work(caller: Caller) -> s.NotifyClientTerminationResponse:
-            known = self._server.terminate_client(caller.client_id)
+            known = self._port.clients.terminate_client(caller.client_id)
             if not known:
                 return s.NotifyClientTerminationResponse(
                     status=_status(
@@ -61,7 +64,7 @@ class ClientRpcs(ServicerBase):
                 )
             return s.NotifyClientTerminationResponse(status=_STATUS_OK)
 
-        return await self._unary(
+        return await self._port.unary(
             Rpc.NOTIFY_CLIENT_TERMINATION,
             context,
             work,
@@ -73,14 +76,14 @@ class ClientRpcs(ServicerBase):
         request_iterator: AsyncIterator[s.TelemetryCommand],
         context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
     ) -> None:
-        action = self._faults.on_call(Rpc.TELEMETRY, self._index)
+        action = self._port.faults.on_call(Rpc.TELEMETRY, self._port.index)
         if action is not None:
-            early = await self._pre_action(action, context)
+            early = await self._port.pre_action(action, context)
             if early is not None:
                 await context.write(s.TelemetryCommand(status=early))
                 return
         try:
-            caller = self._auth.check(context.invocation_metadata() or ())
+            caller = self._port.auth.check(context.invocation_metadata() or ())
         except Invalid as exc:
             await context.write(s.TelemetryCommand(status=_error_status(exc)))
             code = (
@@ -90,35 +93,35 @@ class ClientRpcs(ServicerBase):
             )
             await context.abort(code, exc.message)
             return
-        session = _Session(caller.client_id, self._index, context.peer())
+        session = _Session(caller.client_id, self._port.index, context.peer())
         session.mute = action is not None and action.drop
-        server = self._server
-        server.seen(caller.client_id)
-        server.open_session(session)
+        clients = self._port.clients
+        clients.seen(caller.client_id)
+        clients.open_session(session)
         reader = asyncio.create_task(self._telemetry_reader(session, request_iterator))
         try:
             while (command := await session.queue.get()) is not None:
                 await context.write(command)
         finally:
             reader.cancel()
-            server.close_session(session)
+            clients.close_session(session)
         if session.abort is not None:
             await context.abort(*session.abort)
 
     async def _telemetry_reader(
         self, session: _Session, request_iterator: AsyncIterator[s.TelemetryCommand]
     ) -> None:
-        server = self._server
+        clients = self._port.clients
         try:
             async for command in request_iterator:
                 if _undecodable(command):
                     session.abort = (grpc.StatusCode.INVALID_ARGUMENT, "telemetry command cannot be decoded")
                     break
-                server.seen(session.client_id)
+                clients.seen(session.client_id)
                 which = command.WhichOneof("command")
                 if which == "settings":
                     try:
-                        reply = server.apply_settings(session.client_id, command.settings)
+                        reply = clients.apply_settings(session.client_id, command.settings)
                     except Invalid as exc:
                         if exc.code == Code.BAD_REQUEST:  # PUBSUB_NOT_SET (docs/protocol.md §2.2)
                             session.abort = (grpc.StatusCode.INVALID_ARGUMENT, exc.message)
@@ -126,7 +129,7 @@ class ClientRpcs(ServicerBase):
                         reply = s.TelemetryCommand(status=_error_status(exc))
                     except BrokerError as exc:
                         reply = s.TelemetryCommand(status=_error_status(exc))
-                    delay = self._faults.settings_delay(self._index)
+                    delay = self._port.faults.settings_delay(self._port.index)
                     if session.mute:
                         continue
                     if delay:
@@ -134,9 +137,9 @@ class ClientRpcs(ServicerBase):
                     else:
                         session.send(reply)
                 elif which == "thread_stack_trace":
-                    server.answer(command.thread_stack_trace.nonce, command)
+                    clients.answer(command.thread_stack_trace.nonce, command)
                 elif which == "verify_message_result":
-                    server.answer(command.verify_message_result.nonce, command)
+                    clients.answer(command.verify_message_result.nonce, command)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the stream broke (client went away); the writer ends below

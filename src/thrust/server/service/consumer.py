@@ -4,12 +4,12 @@ ForwardMessageToDeadLetterQueue (docs/protocol.md §6, §7)."""
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator
 from typing import Final
 
 import grpc
 
+from thrust._codec.scalars import duration_seconds, timestamp
 from thrust._codec.status import Code
 from thrust._codec.validation import (
     DEFAULT_INVISIBLE_SECONDS,
@@ -21,15 +21,15 @@ from thrust._codec.validation import (
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as d
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as s
 from thrust.server.auth import Caller
-from thrust.server.convert import delivery_pb, duration_seconds, timestamp
 from thrust.server.core.broker import MAX_BATCH_SIZE, Broker
 from thrust.server.core.catalog import dead_letter_topic
 from thrust.server.core.model import BrokerError, Delivery
 from thrust.server.faults import Rpc
-from thrust.server.service.common import (
+from thrust.server.message_codec import delivery_pb
+from thrust.server.service.port import Port
+from thrust.server.service.status import (
     _OK,
     _STATUS_OK,
-    ServicerBase,
     _combined,
     _error_status,
     _status,
@@ -41,8 +41,11 @@ from thrust.server.settings import DEFAULT_REQUEST_TIMEOUT
 _DEADLINE_MARGIN: Final = 0.1  # seconds
 
 
-class ConsumerRpcs(ServicerBase):
+class ConsumerRpcs:
     """ReceiveMessage, AckMessage, ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue."""
+
+    def __init__(self, port: Port) -> None:
+        self._port = port
 
     async def ReceiveMessage(
         self,
@@ -51,10 +54,10 @@ class ConsumerRpcs(ServicerBase):
     ) -> AsyncIterator[s.ReceiveMessageResponse]:
         if _undecodable(request):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "request cannot be decoded")
-        action = self._faults.on_call(Rpc.RECEIVE_MESSAGE, self._index)
+        action = self._port.faults.on_call(Rpc.RECEIVE_MESSAGE, self._port.index)
         # Bounded record of attempt ids, so tests can check a client's retry reuses one (F14).
-        self._faults.stats.record_receive(
-            self._index,
+        self._port.faults.stats.record_receive(
+            self._port.index,
             request.group.name,
             request.message_queue.topic.name,
             request.attempt_id if request.HasField("attempt_id") else None,
@@ -62,10 +65,10 @@ class ConsumerRpcs(ServicerBase):
         status: d.Status | None = None
         deliveries: list[Delivery] = []
         if action is not None:
-            status = await self._pre_action(action, context)
+            status = await self._port.pre_action(action, context)
         if status is None:
             try:
-                caller = self._auth.check(context.invocation_metadata() or ())
+                caller = self._port.auth.check(context.invocation_metadata() or ())
             except Invalid as exc:
                 # Refused by the proxy's request pipeline (authentication, CLIENT_ID_REQUIRED) before the
                 # activity runs: the status alone, without the closing delivery_timestamp
@@ -82,25 +85,25 @@ class ConsumerRpcs(ServicerBase):
                 logger.exception("ReceiveMessage failed")
                 status = _status(Code.INTERNAL_SERVER_ERROR, f"{type(exc).__name__}: {exc}")
             if action is not None and action.drop:
-                await self._server.hold(context)
+                await self._port.server.hold(context)
         if status is None:
             if deliveries:
-                stall = self._faults.stream_stall(len(deliveries))
+                stall = self._port.faults.stream_stall(len(deliveries))
                 yield s.ReceiveMessageResponse(status=_STATUS_OK)
                 for i, delivery in enumerate(deliveries):
                     if i == stall:
-                        await self._server.hold(context)
+                        await self._port.server.hold(context)
                         return
                     response = s.ReceiveMessageResponse()
                     delivery_pb(delivery, response.message)
                     yield response
-                self._server.stats.entries[Rpc.RECEIVE_MESSAGE.value] += len(deliveries)
+                self._port.server.stats.entries[Rpc.RECEIVE_MESSAGE.value] += len(deliveries)
             else:
                 yield s.ReceiveMessageResponse(status=_status(Code.MESSAGE_NOT_FOUND, "no new message"))
         else:
             yield s.ReceiveMessageResponse(status=status)
         # The proxy writes delivery_timestamp last, in onComplete (docs/protocol.md §6.4).
-        yield s.ReceiveMessageResponse(delivery_timestamp=timestamp(time.time()))
+        yield s.ReceiveMessageResponse(delivery_timestamp=timestamp(self._port.now()))
 
     async def _receive(
         self,
@@ -108,8 +111,8 @@ class ConsumerRpcs(ServicerBase):
         context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
         caller: Caller,
     ) -> list[Delivery]:
-        client = self._server.seen(caller.client_id)
-        settings = self._server.client_settings(caller.client_id)
+        client = self._port.clients.seen(caller.client_id)
+        settings = self._port.clients.client_settings(caller.client_id)
         request_timeout = settings.request_timeout if settings is not None else DEFAULT_REQUEST_TIMEOUT
         # Polling time: the request's, clamped to [5 s, 20 s], within the deadline (docs/protocol.md §6.2).
         remaining = context.time_remaining()
@@ -127,9 +130,9 @@ class ConsumerRpcs(ServicerBase):
             polling = min(polling, remaining - _DEADLINE_MARGIN)
         topic = request.message_queue.topic.name
         group = request.group.name
-        self._group(group)
-        self._topic(topic)  # TOPIC_NOT_FOUND unless auto-create
-        self._catalog.group(group)  # CONSUMER_GROUP_NOT_FOUND unless auto-create
+        self._port.group(group)
+        self._port.topic(topic)  # TOPIC_NOT_FOUND unless auto-create
+        self._port.catalog.group(group)  # CONSUMER_GROUP_NOT_FOUND unless auto-create
         if request.auto_renew:
             invisible = DEFAULT_INVISIBLE_SECONDS
         else:
@@ -139,7 +142,7 @@ class ConsumerRpcs(ServicerBase):
                 )
             invisible = duration_seconds(request.invisible_duration)
             check_receive_invisible_duration(invisible)
-        message_filter = self._filter(request.filter_expression)
+        message_filter = self._port.filter(request.filter_expression)
         batch = request.batch_size
         batch = MAX_BATCH_SIZE if batch <= 0 else min(batch, MAX_BATCH_SIZE)
         # The proxy pops the broker's acting queue (-1) whatever the request's queue id says, FIFO groups
@@ -147,15 +150,15 @@ class ConsumerRpcs(ServicerBase):
         # Clients rely on it: the official SimpleConsumer names a random route queue on every receive.
         queue_id = -1
         mq = request.message_queue
-        broker = self._broker
-        index = self._index
+        broker = self._port.broker
+        index = self._port.index
         if mq.broker.name and mq.broker.name != broker.name:
-            other = self._server.broker_by_name.get(mq.broker.name)
+            other = self._port.server.broker_by_name.get(mq.broker.name)
             if other is not None:
                 broker = other
-                index = self._server.brokers.index(other)
+                index = self._port.server.brokers.index(other)
         attempt_id = request.attempt_id if request.HasField("attempt_id") else None
-        server = self._server
+        server = self._port.server
         loop = asyncio.get_running_loop()
         deadline = loop.time() + polling
         parked: tuple[int, str] | None = None
@@ -171,13 +174,13 @@ class ConsumerRpcs(ServicerBase):
                     invisible_duration=invisible,
                     auto_renew=request.auto_renew,
                     attempt_id=attempt_id,
-                    now=time.time(),
+                    now=self._port.now(),
                 )
                 if deliveries:
                     server.reschedule(broker)
                     if request.auto_renew:
-                        server.track(caller.client_id)
-                    hold = self._faults.popped_hold()
+                        self._port.clients.track(caller.client_id)
+                    hold = self._port.faults.popped_hold()
                     if hold:
                         await asyncio.sleep(hold)
                     return deliveries
@@ -204,18 +207,18 @@ class ConsumerRpcs(ServicerBase):
         def work(caller: Caller) -> s.AckMessageResponse:
             topic = request.topic.name
             group = request.group.name
-            self._group(group)
-            self._topic(topic)
-            fifo = self._catalog.group(group).fifo
-            faults = self._faults
-            now = time.time()
+            self._port.group(group)
+            self._port.topic(topic)
+            fifo = self._port.catalog.group(group).fifo
+            faults = self._port.faults
+            now = self._port.now()
             client_id = caller.client_id
             response = s.AckMessageResponse()
             codes: list[int] = []
             acked = 0
             touched: set[Broker] = set()
             # With one broker every handle is routed to it anyway (see `_broker_for`).
-            single = self._broker if len(self._server.brokers) == 1 else None
+            single = self._port.broker if len(self._port.server.brokers) == 1 else None
             for entry in request.entries:
                 result = response.entries.add()
                 result.message_id = entry.message_id
@@ -231,7 +234,7 @@ class ConsumerRpcs(ServicerBase):
                 if injected is not None:
                     code, message = injected
                 else:
-                    broker = single or self._broker_for(handle)
+                    broker = single or self._port.broker_for(handle)
                     try:
                         broker.ack(
                             client_id=client_id,
@@ -253,14 +256,16 @@ class ConsumerRpcs(ServicerBase):
                     status.message = message
                 codes.append(code)
             response.status.CopyFrom(_combined(codes))
-            self._server.stats.entries[Rpc.ACK_MESSAGE.value] += acked
+            self._port.server.stats.entries[Rpc.ACK_MESSAGE.value] += acked
             if fifo:
                 # An ack unblocks the next message of its FIFO message group.
                 for broker in touched:
-                    self._server.changed(self._server.brokers.index(broker), topic)
+                    self._port.server.changed(self._port.server.brokers.index(broker), topic)
             return response
 
-        return await self._unary(Rpc.ACK_MESSAGE, context, work, lambda st: s.AckMessageResponse(status=st))
+        return await self._port.unary(
+            Rpc.ACK_MESSAGE, context, work, lambda st: s.AckMessageResponse(status=st)
+        )
 
     async def ChangeInvisibleDuration(
         self,
@@ -270,15 +275,15 @@ class ConsumerRpcs(ServicerBase):
         def work(caller: Caller) -> s.ChangeInvisibleDurationResponse:
             topic = request.topic.name
             group = request.group.name
-            self._group(group)
-            self._topic(topic)
-            self._catalog.group(group)
+            self._port.group(group)
+            self._port.topic(topic)
+            self._port.catalog.group(group)
             seconds = duration_seconds(request.invisible_duration)
             check_change_invisible_duration(seconds)
             handle = request.receipt_handle
-            if self._faults.handle_expired(handle, request.message_id):
+            if self._port.faults.handle_expired(handle, request.message_id):
                 raise Invalid(Code.INVALID_RECEIPT_HANDLE, "receipt handle is expired")
-            broker = self._broker_for(handle)
+            broker = self._port.broker_for(handle)
             new_handle = broker.change_invisible_duration(
                 client_id=caller.client_id,
                 group=group,
@@ -286,16 +291,16 @@ class ConsumerRpcs(ServicerBase):
                 receipt_handle=handle,
                 message_id=request.message_id,
                 duration=seconds,
-                now=time.time(),
+                now=self._port.now(),
             )
-            self._server.stats.entries[Rpc.CHANGE_INVISIBLE_DURATION.value] += 1
+            self._port.server.stats.entries[Rpc.CHANGE_INVISIBLE_DURATION.value] += 1
             if seconds <= 0:
-                self._server.changed(self._server.brokers.index(broker), topic)
+                self._port.server.changed(self._port.server.brokers.index(broker), topic)
             else:
-                self._server.reschedule(broker)
+                self._port.server.reschedule(broker)
             return s.ChangeInvisibleDurationResponse(status=_STATUS_OK, receipt_handle=new_handle)
 
-        return await self._unary(
+        return await self._port.unary(
             Rpc.CHANGE_INVISIBLE_DURATION,
             context,
             work,
@@ -310,29 +315,29 @@ class ConsumerRpcs(ServicerBase):
         def work(caller: Caller) -> s.ForwardMessageToDeadLetterQueueResponse:
             topic = request.topic.name
             group = request.group.name
-            self._group(group)
-            self._topic(topic)
-            fifo = self._catalog.group(group).fifo
+            self._port.group(group)
+            self._port.topic(topic)
+            fifo = self._port.catalog.group(group).fifo
             handle = request.receipt_handle
-            if self._faults.handle_expired(handle, request.message_id):
+            if self._port.faults.handle_expired(handle, request.message_id):
                 raise Invalid(Code.INVALID_RECEIPT_HANDLE, "receipt handle is expired")
-            broker = self._broker_for(handle)
+            broker = self._port.broker_for(handle)
             broker.forward_to_dead_letter_queue(
                 client_id=caller.client_id,
                 group=group,
                 topic=topic,
                 receipt_handle=handle,
                 message_id=request.message_id,
-                now=time.time(),
+                now=self._port.now(),
             )
-            self._server.stats.entries[Rpc.FORWARD_MESSAGE_TO_DEAD_LETTER_QUEUE.value] += 1
-            index = self._server.brokers.index(broker)
-            self._server.changed(index, dead_letter_topic(group))
+            self._port.server.stats.entries[Rpc.FORWARD_MESSAGE_TO_DEAD_LETTER_QUEUE.value] += 1
+            index = self._port.server.brokers.index(broker)
+            self._port.server.changed(index, dead_letter_topic(group))
             if fifo:
-                self._server.changed(index, topic)
+                self._port.server.changed(index, topic)
             return s.ForwardMessageToDeadLetterQueueResponse(status=_STATUS_OK)
 
-        return await self._unary(
+        return await self._port.unary(
             Rpc.FORWARD_MESSAGE_TO_DEAD_LETTER_QUEUE,
             context,
             work,

@@ -11,13 +11,17 @@ import grpc
 from thrust._codec.status import Code
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as s
 from thrust.server.faults import Rpc
-from thrust.server.service.common import _R, ServicerBase, _status, _undecodable
+from thrust.server.service.port import Port
+from thrust.server.service.status import _R, _status, _undecodable
 
 _NO_OFFSETS: Final = "offset-mode consumption is not supported by the embedded server (no consumer offsets)"
 
 
-class OffsetRpcs(ServicerBase):
+class OffsetRpcs:
     """PullMessage, UpdateOffset, GetOffset, QueryOffset, SyncLiteSubscription."""
+
+    def __init__(self, port: Port) -> None:
+        self._port = port
 
     async def PullMessage(
         self,
@@ -26,7 +30,7 @@ class OffsetRpcs(ServicerBase):
     ) -> AsyncIterator[s.PullMessageResponse]:
         if _undecodable(request):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "request cannot be decoded")
-        status = await self._unary(
+        status = await self._port.unary(
             Rpc.PULL_MESSAGE,
             context,
             lambda caller: _status(Code.NOT_IMPLEMENTED, _NO_OFFSETS),
@@ -75,7 +79,7 @@ class OffsetRpcs(ServicerBase):
         message: str = "",
     ) -> _R:
         text = message or _NO_OFFSETS
-        return await self._unary(
+        return await self._port.unary(
             rpc,
             context,
             lambda caller: response_type(status=_status(Code.NOT_IMPLEMENTED, text)),

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import grpc
 
 from thrust._codec.status import Code
@@ -11,14 +9,18 @@ from thrust._codec.validation import Invalid
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as d
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as s
 from thrust.server.auth import Caller
-from thrust.server.convert import inbound_message
 from thrust.server.core.model import BrokerError
 from thrust.server.faults import Rpc
-from thrust.server.service.common import _STATUS_OK, ServicerBase
+from thrust.server.message_codec import inbound_message
+from thrust.server.service.port import Port
+from thrust.server.service.status import _STATUS_OK
 
 
-class ProducerRpcs(ServicerBase):
+class ProducerRpcs:
     """SendMessage, EndTransaction, RecallMessage."""
+
+    def __init__(self, port: Port) -> None:
+        self._port = port
 
     async def SendMessage(
         self,
@@ -36,15 +38,15 @@ class ProducerRpcs(ServicerBase):
                         raise Invalid(
                             Code.MESSAGE_CORRUPTED, "all messages of one request must share a topic"
                         )
-            self._topic(topic)
-            now = time.time()
+            self._port.topic(topic)
+            now = self._port.now()
             client_id = caller.client_id
             # The proxy builds every message before it sends any (SendMessageActivity.buildMessage): the
             # first invalid one fails the whole request with its code as the top status and no entries.
             valid = [inbound_message(message, client_id, now) for message in messages]
             # A refusal by the broker (type conflict, not hosted, delivery time, held-message limit) fails
             # the whole request too: the proxy makes entries only from the broker's SendResults.
-            results = self._broker.send(valid, now)
+            results = self._port.broker.send(valid, now)
             response = s.SendMessageResponse()
             entry = response.entries.add()
             entry.status.CopyFrom(_STATUS_OK)
@@ -54,7 +56,7 @@ class ProducerRpcs(ServicerBase):
                 # SendResult (SendMessageActivity.convertToSendMessageResponse): the first message's queue
                 # offset, the first message's key as transaction id, and the broker's offset message id
                 # (store host, port, commit-log offset: never the client's).
-                entry.message_id = f"7F000001{self._index:08X}{first.offset:016X}"
+                entry.message_id = f"7F000001{self._port.index:08X}{first.offset:016X}"
             else:
                 entry.message_id = messages[0].system_properties.message_id
                 if first.recall_handle:
@@ -63,12 +65,14 @@ class ProducerRpcs(ServicerBase):
             # every message, not only for transactional ones (SendMessageActivity).
             entry.transaction_id = first.transaction_id or messages[0].system_properties.message_id
             entry.offset = first.offset
-            self._server.stats.entries[Rpc.SEND_MESSAGE.value] += len(valid)
-            self._server.changed(self._index, topic)
+            self._port.server.stats.entries[Rpc.SEND_MESSAGE.value] += len(valid)
+            self._port.server.changed(self._port.index, topic)
             response.status.CopyFrom(_STATUS_OK)
             return response
 
-        return await self._unary(Rpc.SEND_MESSAGE, context, work, lambda st: s.SendMessageResponse(status=st))
+        return await self._port.unary(
+            Rpc.SEND_MESSAGE, context, work, lambda st: s.SendMessageResponse(status=st)
+        )
 
     async def EndTransaction(
         self,
@@ -77,7 +81,7 @@ class ProducerRpcs(ServicerBase):
     ) -> s.EndTransactionResponse:
         def work(caller: Caller) -> s.EndTransactionResponse:
             topic = request.topic.name
-            self._topic(topic)
+            self._port.topic(topic)
             if not request.transaction_id.strip():
                 raise Invalid(Code.INVALID_TRANSACTION_ID, "transaction id cannot be empty")
             commit: bool | None = None
@@ -87,9 +91,12 @@ class ProducerRpcs(ServicerBase):
                 commit = False
             # Any other resolution is upstream's TransactionStatus.UNKNOWN (EndTransactionActivity): OK,
             # nothing resolved, the message stays prepared and is checked later.
-            now = time.time()
+            now = self._port.now()
             # The producer sends EndTransaction to the broker it sent to; try the others if not.
-            brokers = [self._broker, *(b for b in self._server.brokers if b is not self._broker)]
+            brokers = [
+                self._port.broker,
+                *(b for b in self._port.server.brokers if b is not self._port.broker),
+            ]
             for i, broker in enumerate(brokers):
                 try:
                     broker.end_transaction(
@@ -104,11 +111,11 @@ class ProducerRpcs(ServicerBase):
                         raise
                     continue
                 if commit:
-                    self._server.changed(self._server.brokers.index(broker), topic)
+                    self._port.server.changed(self._port.server.brokers.index(broker), topic)
                 break
             return s.EndTransactionResponse(status=_STATUS_OK)
 
-        return await self._unary(
+        return await self._port.unary(
             Rpc.END_TRANSACTION, context, work, lambda st: s.EndTransactionResponse(status=st)
         )
 
@@ -118,15 +125,15 @@ class ProducerRpcs(ServicerBase):
         context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
     ) -> s.RecallMessageResponse:
         def work(caller: Caller) -> s.RecallMessageResponse:
-            self._topic(request.topic.name)
+            self._port.topic(request.topic.name)
             if not request.recall_handle:
                 raise Invalid(Code.BAD_REQUEST, "recall handle cannot be empty")
-            broker = self._broker_for(request.recall_handle)
+            broker = self._port.broker_for(request.recall_handle)
             message_id = broker.recall(
-                topic=request.topic.name, recall_handle=request.recall_handle, now=time.time()
+                topic=request.topic.name, recall_handle=request.recall_handle, now=self._port.now()
             )
             return s.RecallMessageResponse(status=_STATUS_OK, message_id=message_id)
 
-        return await self._unary(
+        return await self._port.unary(
             Rpc.RECALL_MESSAGE, context, work, lambda st: s.RecallMessageResponse(status=st)
         )

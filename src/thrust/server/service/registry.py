@@ -1,9 +1,10 @@
 """The clients of an embedded server: their Settings, Telemetry streams, liveness and expiry, and the
 commands the server sends them over Telemetry (docs/protocol.md §4).
 
-`ClientRegistry` is the part of `EmbeddedServer` that deals with clients; `EmbeddedServer` (brokers, ports,
-the clock) is the rest. `_Session` is one open Telemetry stream, `_Client` what is remembered of a client
-id between its calls.
+`ClientRegistry` is owned by `EmbeddedServer` (`server.clients`), which starts and stops it with itself
+and gives it the one thing it needs of the brokers: a function that releases a client's auto-renewed
+messages. `_Session` is one open Telemetry stream, `_Client` what is remembered of a client id between its
+calls.
 """
 
 from __future__ import annotations
@@ -19,12 +20,12 @@ import grpc
 from thrust._codec.validation import check_group
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as d
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as s
-from thrust.server.app import ServerConfig
-from thrust.server.convert import stored_message_pb
+from thrust.server.config import ServerConfig
 from thrust.server.core.catalog import Catalog
 from thrust.server.core.model import TransactionCheck
-from thrust.server.service.common import _STATUS_OK, logger
-from thrust.server.settings import ClientSettings, merge_settings
+from thrust.server.message_codec import stored_message_pb
+from thrust.server.service.status import _STATUS_OK, logger
+from thrust.server.settings import HandshakeSettings, merge_settings
 
 _TELEMETRY_QUEUE: Final = 1024  # outgoing commands buffered per stream
 
@@ -74,24 +75,37 @@ class _Client:
 class ClientRegistry:
     """Clients of the server: Settings, Telemetry sessions, expiry, server-initiated commands.
 
-    Mixed into `EmbeddedServer`, which provides the attributes declared here and `_release`.
+    Owns every client-keyed map and the expiry timers and sweeper on the server's loop.
+
+    Args:
+        config: the server's configuration (expiry times).
+        catalog: for the groups named in reported Settings.
+        release: releases a client's auto-renewed messages on every broker (when it leaves or expires).
     """
 
-    config: ServerConfig
-    catalog: Catalog
-    _loop: asyncio.AbstractEventLoop | None
-    _started: bool
-
-    def _init_clients(self) -> None:
-        self._settings: dict[str, ClientSettings] = {}
+    def __init__(self, config: ServerConfig, catalog: Catalog, release: Callable[[str], None]) -> None:
+        self._config = config
+        self._catalog = catalog
+        self._release = release
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._started = False
+        self._settings: dict[str, HandshakeSettings] = {}
         self._sessions: dict[str, list[_Session]] = {}
         self._expiry: dict[str, asyncio.TimerHandle] = {}
         self._pending: dict[str, asyncio.Future[s.TelemetryCommand]] = {}
         self._clients: dict[str, _Client] = {}
         self._sweeper: asyncio.TimerHandle | None = None
 
-    def _stop_clients(self) -> None:
-        """On `stop()`: cancel the expiry timers and pending round trips, end every Telemetry stream."""
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The server is serving on `loop`: expiry timers may be set, the silent-client sweep starts."""
+        self._loop = loop
+        self._started = True
+        self._schedule_sweep()
+
+    def stop(self) -> None:
+        """On the server's `stop()`: cancel the expiry timers and pending round trips, end every
+        Telemetry stream."""
+        self._started = False
         if self._sweeper is not None:
             self._sweeper.cancel()
             self._sweeper = None
@@ -105,20 +119,20 @@ class ClientRegistry:
             future.cancel()
         self._pending.clear()
 
-    def _release(self, client_id: str) -> None:
-        """Release the client's auto-renewed messages on every broker (`EmbeddedServer` does it)."""
-        raise NotImplementedError
-
     # ------------------------------------------------------------------------------------------
     # clients and telemetry
 
-    def client_settings(self, client_id: str) -> ClientSettings | None:
+    def client_settings(self, client_id: str) -> HandshakeSettings | None:
         """The settings a client last reported over Telemetry (merged), or None."""
         return self._settings.get(client_id)
 
     def connected_clients(self) -> list[str]:
         """Client ids with at least one open Telemetry stream."""
         return list(self._sessions)
+
+    def telemetry_sessions(self, client_id: str) -> list[_Session]:
+        """The client's open Telemetry streams, oldest first (a copy; tests end them with `send(None)`)."""
+        return list(self._sessions.get(client_id, ()))
 
     def apply_settings(self, client_id: str, reported: d.Settings) -> s.TelemetryCommand:
         """Validate and merge a client's Settings; the reply to send (docs/protocol.md §4.1, §4.2)."""
@@ -127,7 +141,7 @@ class ClientRegistry:
             check_group(reported.subscription.group.name)
             # An unknown group gets the default settings, neither refused nor created
             # (GrpcClientSettingsManager.mergeSubscriptionData reads the config and keeps the defaults).
-            group_info = self.catalog.find_group(reported.subscription.group.name)
+            group_info = self._catalog.find_group(reported.subscription.group.name)
         settings = merge_settings(reported, group_info)
         self._settings[client_id] = settings
         return s.TelemetryCommand(status=_STATUS_OK, settings=settings.merged)
@@ -138,7 +152,7 @@ class ClientRegistry:
         if client_id in self._sessions or client_id in self._expiry or self._loop is None:
             return
         self._expiry[client_id] = self._loop.call_later(
-            self.config.client_expiry, self._expire_client, client_id
+            self._config.client_expiry, self._expire_client, client_id
         )
 
     def open_session(self, session: _Session) -> None:
@@ -164,7 +178,7 @@ class ClientRegistry:
                     # Keep the client's auto-renewed messages for a while: it may reconnect (the
                     # proxy expires a channel after 120 s without heartbeat, docs/protocol.md §4.7).
                     self._expiry[session.client_id] = self._loop.call_later(
-                        self.config.client_expiry, self._expire_client, session.client_id
+                        self._config.client_expiry, self._expire_client, session.client_id
                     )
         logger.info("client %s disconnected from broker %d", session.client_id, session.broker)
 
@@ -191,20 +205,20 @@ class ClientRegistry:
         client = self._clients.get(client_id)
         if client is None:
             client = _Client()
-            if self.config.channel_expiry:  # else nothing would ever remove it
+            if self._config.channel_expiry:  # else nothing would ever remove it
                 self._clients[client_id] = client
         client.last_seen = time.monotonic()
         return client
 
     def _schedule_sweep(self) -> None:
-        expiry = self.config.channel_expiry
+        expiry = self._config.channel_expiry
         if expiry and self._started and self._loop is not None:
             # Expire within a quarter of the expiry (at most 5 s) after the deadline.
             self._sweeper = self._loop.call_later(max(0.05, min(expiry / 4, 5.0)), self._sweep)
 
     def _sweep(self) -> None:
         self._sweeper = None
-        horizon = time.monotonic() - self.config.channel_expiry
+        horizon = time.monotonic() - self._config.channel_expiry
         silent = [cid for cid, client in self._clients.items() if client.last_seen < horizon]
         for client_id in silent:
             self.expire_client(client_id)
@@ -222,7 +236,7 @@ class ClientRegistry:
                 if not fut.done():
                     fut.set_result(None)
             client.polls.clear()
-        reason = f"client expired: nothing heard from it for {self.config.channel_expiry:g} s"
+        reason = f"client expired: nothing heard from it for {self._config.channel_expiry:g} s"
         for session in self._sessions.pop(client_id, ()):
             session.end(grpc.StatusCode.UNAVAILABLE, reason)
         handle = self._expiry.pop(client_id, None)
@@ -310,7 +324,8 @@ class ClientRegistry:
             sent += session.send(command)
         return sent
 
-    def _dispatch_check(self, index: int, check: TransactionCheck) -> None:
+    def dispatch_check(self, index: int, check: TransactionCheck) -> None:
+        """Ask the producer of a prepared message (or any producer of its topic) to resolve it."""
         command = s.TelemetryCommand()
         recover = command.recover_orphaned_transaction_command
         recover.message.CopyFrom(stored_message_pb(check.message))

@@ -1,14 +1,15 @@
 """`EmbeddedServer`: the brokers, their ports, the parked long polls and the clock of one embedded server.
 
-The process-wide state every broker port shares. Its clients (Settings, Telemetry sessions, expiry,
-server commands) are `registry.ClientRegistry`; the per-RPC handlers are in the family modules of this
-package.
+The process-wide state every broker port shares. It owns its clients (Settings, Telemetry sessions,
+expiry, server commands) as a `registry.ClientRegistry` (`clients`) and one `MessagingServicer` per port,
+whose RPC families see it through `port.ServerView`. The top of the package: no other module of it
+imports this one.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
+from collections.abc import Callable
 from typing import Any, Final, cast
 
 import grpc
@@ -16,16 +17,19 @@ import grpc
 from thrust._codec.status import Code
 from thrust._codec.validation import Invalid
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as d
-from thrust.server.app import MAX_INBOUND_MESSAGE_SIZE, ServerConfig
+from thrust._proto.apache.rocketmq.v2 import service_pb2 as s
 from thrust.server.auth import Authenticator, is_loopback
+from thrust.server.clock import Clock, ManualClock, SystemClock
+from thrust.server.config import MAX_INBOUND_MESSAGE_SIZE, ServerConfig
 from thrust.server.core.broker import Broker
 from thrust.server.core.catalog import Catalog
 from thrust.server.core.model import TopicInfo
 from thrust.server.faults import Faults, Stats
-from thrust.server.service.common import logger
 from thrust.server.service.registry import ClientRegistry, _Client
 from thrust.server.service.servicer import MessagingServicer
+from thrust.server.service.status import logger
 from thrust.server.service.transport import _register, _server_options
+from thrust.server.settings import HandshakeSettings
 
 MAX_RECEIVE_MESSAGE_LENGTH: Final = MAX_INBOUND_MESSAGE_SIZE
 """The default max inbound message (`ServerConfig.max_inbound_message_size`): the proxy's 130 MiB."""
@@ -40,7 +44,7 @@ def _scheme_of(host: str) -> int:
     return d.AddressScheme.DOMAIN_NAME
 
 
-class EmbeddedServer(ClientRegistry):
+class EmbeddedServer:
     """An in-memory RocketMQ 5 "proxy + brokers" on `config.brokers` ports.
 
     Use as `async with EmbeddedServer(config) as server:` or call `start()` / `stop()`.
@@ -50,10 +54,15 @@ class EmbeddedServer(ClientRegistry):
         catalog: topics and groups, shared by every broker.
         brokers: one `Broker` per port, named `<prefix>-<i>`.
         faults: fault injection and counters (`faults.stats`).
+        clients: the clients' Settings, Telemetry streams and expiry (`ClientRegistry`).
         ports: the bound ports (after `start()`).
+        clock: where the brokers' time comes from (`thrust.server.clock`; default the wall clock). With a
+            `ManualClock`, `clock.advance(...)` applies the broker timers due by then at once.
     """
 
-    def __init__(self, config: ServerConfig | None = None, *, faults: Faults | None = None) -> None:
+    def __init__(
+        self, config: ServerConfig | None = None, *, faults: Faults | None = None, clock: Clock | None = None
+    ) -> None:
         self.config = config = config or ServerConfig()
         host = config.host
         if not is_loopback(host) and not config.credentials and not config.insecure_allow_remote:
@@ -108,6 +117,9 @@ class EmbeddedServer(ClientRegistry):
         self.authenticator = Authenticator(
             config.credentials, date_time_window=config.effective_date_time_window()
         )
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self._unsubscribe: Callable[[], None] | None = None
+        self.clients = ClientRegistry(config, self.catalog, self._release)
         self.ports: list[int] = []
         self._servers: list[grpc.aio.Server] = []
         self._servicers = [MessagingServicer(self, i) for i in range(count)]
@@ -118,7 +130,6 @@ class EmbeddedServer(ClientRegistry):
         self._timer_at = float("inf")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._started = False
-        self._init_clients()
 
     # ------------------------------------------------------------------------------------------
     # lifecycle
@@ -166,7 +177,9 @@ class EmbeddedServer(ClientRegistry):
             raise
         self._started = True
         self._schedule_timer()
-        self._schedule_sweep()
+        if isinstance(self.clock, ManualClock):
+            self._unsubscribe = self.clock.subscribe(self._on_clock_advanced)
+        self.clients.start(self._loop)
         if not is_loopback(config.host):
             logger.warning(
                 "listening on non-loopback address %s: authentication %s, TLS %s%s",
@@ -208,10 +221,13 @@ class EmbeddedServer(ClientRegistry):
         if not self._started:
             return
         self._started = False
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        self._stop_clients()
+        self.clients.stop()
         for fut in self._held:
             fut.cancel()
         await asyncio.gather(*(server.stop(grace) for server in self._servers))
@@ -227,6 +243,43 @@ class EmbeddedServer(ClientRegistry):
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+    # ------------------------------------------------------------------------------------------
+    # clients (`clients` has the rest; these are the calls tests and tools make on the server)
+
+    def client_settings(self, client_id: str) -> HandshakeSettings | None:
+        """The settings a client last reported over Telemetry (merged), or None."""
+        return self.clients.client_settings(client_id)
+
+    def connected_clients(self) -> list[str]:
+        """Client ids with at least one open Telemetry stream."""
+        return self.clients.connected_clients()
+
+    def send_command(self, client_id: str, command: s.TelemetryCommand, *, broker: int | None = None) -> bool:
+        """Write a server-initiated command on the client's Telemetry stream (see `ClientRegistry`)."""
+        return self.clients.send_command(client_id, command, broker=broker)
+
+    def terminate_client(self, client_id: str) -> bool:
+        """As NotifyClientTermination (`ClientRegistry.terminate_client`)."""
+        return self.clients.terminate_client(client_id)
+
+    def expire_client(self, client_id: str) -> None:
+        """Forget a client now, as after `channel_expiry` of silence (`ClientRegistry.expire_client`)."""
+        self.clients.expire_client(client_id)
+
+    async def print_thread_stack_trace(self, client_id: str, timeout: float = 5.0) -> s.TelemetryCommand:
+        """Send PrintThreadStackTraceCommand; the client's reply (see `ClientRegistry`)."""
+        return await self.clients.print_thread_stack_trace(client_id, timeout)
+
+    async def verify_message(
+        self, client_id: str, message: d.Message, timeout: float = 5.0
+    ) -> s.TelemetryCommand:
+        """Send VerifyMessageCommand; the client's reply (`ClientRegistry.verify_message`)."""
+        return await self.clients.verify_message(client_id, message, timeout)
+
+    def reconnect_endpoints(self, client_id: str) -> int:
+        """Send ReconnectEndpointsCommand on every Telemetry stream of the client; how many were sent."""
+        return self.clients.reconnect_endpoints(client_id)
 
     # ------------------------------------------------------------------------------------------
     # routes
@@ -261,7 +314,7 @@ class EmbeddedServer(ClientRegistry):
         return out
 
     def _release(self, client_id: str) -> None:
-        now = time.time()
+        now = self.clock.time()
         for broker in self.brokers:
             broker.release_client(client_id, now)
             self.reschedule(broker)
@@ -335,11 +388,16 @@ class EmbeddedServer(ClientRegistry):
         if self._timer is not None:
             self._timer.cancel()
         self._timer_at = when
-        self._timer = self._loop.call_later(max(when - time.time(), 0.001), self._on_timer)
+        self._timer = self._loop.call_later(max(when - self.clock.time(), 0.001), self._on_timer)
+
+    def _on_clock_advanced(self) -> None:
+        # A manual clock moved: whatever fell due meanwhile is applied now, as the timer would have.
+        if self._started:
+            self._on_timer()
 
     def _on_timer(self) -> None:
         self._timer = None
-        now = time.time()
+        now = self.clock.time()
         for index, broker in enumerate(self.brokers):
             try:
                 checks = broker.tick(now)
@@ -347,7 +405,7 @@ class EmbeddedServer(ClientRegistry):
                 logger.exception("tick of broker %s failed", broker.name)
                 continue
             for check in checks:
-                self._dispatch_check(index, check)
+                self.clients.dispatch_check(index, check)
             # Visibility may have changed on any topic of this broker (expired invisibility, delayed
             # messages landing, also when an earlier request's lazy advance applied them): one pop per
             # parked poll.

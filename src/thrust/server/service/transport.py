@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any, Final
 import grpc
 
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as s
-from thrust.server.app import ServerConfig
-from thrust.server.service.common import _UNDECODABLE
+from thrust.server.config import ServerConfig
+from thrust.server.service.status import _UNDECODABLE
 
 if TYPE_CHECKING:
     from thrust.server.service.servicer import MessagingServicer
@@ -94,7 +94,7 @@ def _register(server: grpc.aio.Server, servicer: MessagingServicer) -> None:
     for method in s.DESCRIPTOR.services_by_name["MessagingService"].methods:
         request_type = getattr(s, method.input_type.name)
         response_type = getattr(s, method.output_type.name)
-        fn = getattr(servicer, method.name)
+        fn = servicer.handler(method.name)
         decode = _decoder(request_type.FromString)
         encode = response_type.SerializeToString
         if method.client_streaming:

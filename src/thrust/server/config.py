@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from thrust.server.core.model import MessageType, RetryPolicy
+from thrust.server.core.model import GroupRetryPolicy, MessageType
 
 __all__ = [
     "DEFAULT_DATE_TIME_WINDOW",
@@ -50,7 +50,7 @@ class GroupSpec:
 
     name: str
     fifo: bool = False
-    retry: RetryPolicy | None = None
+    retry: GroupRetryPolicy | None = None
 
 
 def parse_topic(spec: str | TopicSpec) -> TopicSpec:
@@ -144,7 +144,7 @@ def parse_group(spec: str | GroupSpec) -> GroupSpec:
             raise ValueError(
                 f"group spec {spec!r}: unknown option {option!r} (expected fifo or max-attempts=N)"
             )
-    retry = None if max_attempts is None else RetryPolicy(max_attempts=max_attempts)
+    retry = None if max_attempts is None else GroupRetryPolicy(max_attempts=max_attempts)
     return GroupSpec(name, fifo=fifo, retry=retry)
 
 

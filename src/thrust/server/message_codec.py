@@ -1,9 +1,10 @@
-"""Protobuf <-> broker-core types for the embedded server (the server's own codec).
+"""Protobuf messages <-> the broker core's message types, for the embedded server.
 
 The client codec (`thrust._codec.convert`) builds client domain types and depends on client modules,
-which `thrust.server` may not import, so the server converts its own, straight between
-`apache.rocketmq.v2` messages and `thrust.server.core.model` values. Hot paths: `inbound_message`
-(once per sent message) and `delivery_pb` (once per delivered message).
+which `thrust.server` may not import, so the server converts messages itself, straight between
+`apache.rocketmq.v2` messages and `thrust.server.core.model` values; Duration and Timestamp come from
+`thrust._codec.scalars`, shared with the client. Hot paths: `inbound_message` (once per sent message)
+and `delivery_pb` (once per delivered message).
 """
 
 from __future__ import annotations
@@ -11,54 +12,22 @@ from __future__ import annotations
 import hashlib
 from typing import Any, Final, cast
 
-from google.protobuf import duration_pb2, timestamp_pb2
-
+from thrust._codec.scalars import duration, duration_seconds, fill_timestamp, timestamp_seconds
 from thrust._codec.validation import (
     check_body_digest,
     check_priority,
     check_send_message,
     check_transaction_recovery,
 )
-from thrust._proto import Duration, Timestamp
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as d
 from thrust.server.core.model import Delivery, InboundMessage, MessageType, StoredMessage, inbound
 
-__all__ = [
-    "delivery_pb",
-    "duration",
-    "duration_seconds",
-    "inbound_message",
-    "stored_message_pb",
-    "timestamp",
-    "timestamp_seconds",
-]
+__all__ = ["delivery_pb", "inbound_message", "stored_message_pb"]
 
 _MESSAGE_TYPES: Final = {int(t): t for t in MessageType}
 _GZIP: Final = d.Encoding.GZIP
 _IDENTITY: Final = d.Encoding.IDENTITY
 _MD5: Final = d.DigestType.MD5
-
-
-def timestamp(epoch_seconds: float) -> timestamp_pb2.Timestamp:
-    """Epoch seconds as a protobuf Timestamp."""
-    seconds = int(epoch_seconds // 1)
-    return Timestamp(seconds=seconds, nanos=int((epoch_seconds - seconds) * 1e9))
-
-
-def timestamp_seconds(ts: timestamp_pb2.Timestamp) -> float:
-    """A protobuf Timestamp as epoch seconds."""
-    return ts.seconds + ts.nanos / 1e9
-
-
-def duration(seconds: float) -> duration_pb2.Duration:
-    """Seconds as a protobuf Duration."""
-    whole = int(seconds)
-    return Duration(seconds=whole, nanos=round((seconds - whole) * 1e9))
-
-
-def duration_seconds(value: duration_pb2.Duration) -> float:
-    """A protobuf Duration as seconds."""
-    return value.seconds + value.nanos / 1e9
 
 
 def inbound_message(message: d.Message, client_id: str, now: float) -> InboundMessage:
@@ -126,7 +95,7 @@ def inbound_message(message: d.Message, client_id: str, now: float) -> InboundMe
         kind,
         message_group,
         delivery_ts,
-        sp.born_timestamp.seconds + sp.born_timestamp.nanos / 1e9,
+        timestamp_seconds(sp.born_timestamp),
         sp.born_host,
         sp.body_encoding == _GZIP,
         sp.trace_context if sp.HasField("trace_context") else None,
@@ -155,16 +124,12 @@ def _fill(out: d.Message, m: StoredMessage) -> d.SystemProperties:
     digest.checksum = hashlib.md5(body).hexdigest().upper()
     sp.body_encoding = _GZIP if m.body_encoding_gzip else _IDENTITY
     sp.message_type = cast(Any, m.message_type)
-    born = m.born_timestamp
-    sp.born_timestamp.seconds = int(born // 1)
-    sp.born_timestamp.nanos = int((born - born // 1) * 1e9)
+    fill_timestamp(sp.born_timestamp, m.born_timestamp)
     sp.born_host = m.born_host
-    stored = m.store_timestamp
-    sp.store_timestamp.seconds = int(stored // 1)
-    sp.store_timestamp.nanos = int((stored - stored // 1) * 1e9)
+    fill_timestamp(sp.store_timestamp, m.store_timestamp)
     sp.store_host = m.broker
     if m.delivery_timestamp is not None:
-        sp.delivery_timestamp.CopyFrom(timestamp(m.delivery_timestamp))
+        fill_timestamp(sp.delivery_timestamp, m.delivery_timestamp)
     sp.queue_id = m.queue_id
     sp.queue_offset = m.offset
     if m.message_group is not None:
