@@ -252,3 +252,49 @@ def test_bench_endpoints_on_an_existing_cluster(rocketmq: ClusterInfo, tmp_path:
     median = data["scenarios"]["drain"]["results"]["thrust"]["median"]
     assert median["consumed_per_s"] > 0 and median["client_us"] > 0
     assert "server_us" not in median  # no --server-pids: the server's CPU is not known
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120, func_only=True)
+def test_java_driver_record_mode_prints_each_consumed_payload_and_stops_on_stdin_eof(
+    java_driver: list[str],
+) -> None:
+    """`mode=record` (the reliability suite's Java group, R8): one `m` line per consumed message with its
+    payload id (the body up to '|'), message id and attempt, then `closed` once stdin closes."""
+    import asyncio
+
+    import thrust
+    from thrust.testing import embedded_server
+
+    async def main() -> None:
+        async with embedded_server(topics=["t"], groups=["g"]) as srv:
+            ep = srv.endpoints[0]
+            proc = await asyncio.create_subprocess_exec(
+                *java_driver, "mode=record", f"endpoints={ep}", "group=g", "topics=t",
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.DEVNULL,
+            )  # fmt: skip
+            assert proc.stdin is not None and proc.stdout is not None
+            try:
+                started = json.loads(await asyncio.wait_for(proc.stdout.readline(), 60))
+                assert started == {"event": "started"}
+                async with thrust.Producer(endpoints=ep, topics=["t"]) as producer:
+                    ids = {
+                        (await producer.send(thrust.Message(topic="t", body=b"m%d|pad" % i))).message_id
+                        for i in range(3)
+                    }
+                lines = [json.loads(await asyncio.wait_for(proc.stdout.readline(), 60)) for _ in range(3)]
+                assert {(e["event"], e["pid"], e["attempt"]) for e in lines} == {
+                    ("m", f"m{i}", 1) for i in range(3)
+                }
+                assert {e["id"] for e in lines} == ids
+                proc.stdin.close()
+                closed = json.loads(await asyncio.wait_for(proc.stdout.readline(), 30))
+                assert closed == {"event": "closed"}
+                assert await asyncio.wait_for(proc.wait(), 30) == 0
+            finally:
+                if proc.returncode is None:
+                    proc.kill()
+                    await proc.wait()
+
+    asyncio.run(main())

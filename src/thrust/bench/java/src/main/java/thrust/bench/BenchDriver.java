@@ -36,6 +36,7 @@ import org.apache.rocketmq.client.apis.ClientServiceProvider;
 import org.apache.rocketmq.client.apis.consumer.ConsumeResult;
 import org.apache.rocketmq.client.apis.consumer.FilterExpression;
 import org.apache.rocketmq.client.apis.consumer.FilterExpressionType;
+import org.apache.rocketmq.client.apis.consumer.MessageListener;
 import org.apache.rocketmq.client.apis.consumer.PushConsumer;
 import org.apache.rocketmq.client.apis.message.Message;
 import org.apache.rocketmq.client.apis.producer.Producer;
@@ -84,31 +85,39 @@ public final class BenchDriver {
         Runtime.getRuntime().halt(0);
     }
 
-    static void consume(Map<String, String> cfg, ClientConfiguration config) throws Exception {
-        String[] topics = cfg.get("topics").split(",");
-        Map<String, AtomicLong> perTopic = new LinkedHashMap<>();
+    /** A push consumer of `group` subscribed to every tag of each of `topics`, with `threads` threads. */
+    static PushConsumer pushConsumer(Map<String, String> cfg, ClientConfiguration config, MessageListener listener)
+        throws Exception {
         Map<String, FilterExpression> subscriptions = new HashMap<>();
-        for (String topic : topics) {
-            perTopic.put(topic, new AtomicLong());
+        for (String topic : cfg.get("topics").split(",")) {
             subscriptions.put(topic, new FilterExpression("*", FilterExpressionType.TAG));
         }
-        AtomicLong total = new AtomicLong();
-        AtomicInteger running = new AtomicInteger();
-        AtomicInteger peak = new AtomicInteger();
-        PushConsumer consumer = ClientServiceProvider.loadService().newPushConsumerBuilder()
+        return ClientServiceProvider.loadService().newPushConsumerBuilder()
             .setClientConfiguration(config)
             .setConsumerGroup(cfg.get("group"))
             .setSubscriptionExpressions(subscriptions)
             .setConsumptionThreadCount(Integer.parseInt(cfg.getOrDefault("threads", "20")))
-            .setMessageListener(view -> {
-                int now = running.incrementAndGet();
-                peak.accumulateAndGet(now, Math::max);
-                perTopic.get(view.getTopic()).incrementAndGet();
-                total.incrementAndGet();
-                running.decrementAndGet();
-                return ConsumeResult.SUCCESS;
-            })
+            .setMessageListener(listener)
             .build();
+    }
+
+    static void consume(Map<String, String> cfg, ClientConfiguration config) throws Exception {
+        String[] topics = cfg.get("topics").split(",");
+        Map<String, AtomicLong> perTopic = new LinkedHashMap<>();
+        for (String topic : topics) {
+            perTopic.put(topic, new AtomicLong());
+        }
+        AtomicLong total = new AtomicLong();
+        AtomicInteger running = new AtomicInteger();
+        AtomicInteger peak = new AtomicInteger();
+        PushConsumer consumer = pushConsumer(cfg, config, view -> {
+            int now = running.incrementAndGet();
+            peak.accumulateAndGet(now, Math::max);
+            perTopic.get(view.getTopic()).incrementAndGet();
+            total.incrementAndGet();
+            running.decrementAndGet();
+            return ConsumeResult.SUCCESS;
+        });
         emit("started", "");
         long deadline = System.nanoTime() + (long) (Double.parseDouble(cfg.getOrDefault("first_timeout", "30")) * 1e9);
         while (total.get() == 0 && System.nanoTime() < deadline) {
@@ -151,21 +160,11 @@ public final class BenchDriver {
     }
 
     static void record(Map<String, String> cfg, ClientConfiguration config) throws Exception {
-        Map<String, FilterExpression> subscriptions = new HashMap<>();
-        for (String topic : cfg.get("topics").split(",")) {
-            subscriptions.put(topic, new FilterExpression("*", FilterExpressionType.TAG));
-        }
-        PushConsumer consumer = ClientServiceProvider.loadService().newPushConsumerBuilder()
-            .setClientConfiguration(config)
-            .setConsumerGroup(cfg.get("group"))
-            .setSubscriptionExpressions(subscriptions)
-            .setConsumptionThreadCount(Integer.parseInt(cfg.getOrDefault("threads", "20")))
-            .setMessageListener(view -> {
-                emit("m", "\"pid\":\"" + payloadId(view.getBody()) + "\",\"id\":\"" + view.getMessageId()
-                    + "\",\"attempt\":" + view.getDeliveryAttempt());
-                return ConsumeResult.SUCCESS;
-            })
-            .build();
+        PushConsumer consumer = pushConsumer(cfg, config, view -> {
+            emit("m", "\"pid\":\"" + payloadId(view.getBody()) + "\",\"id\":\"" + view.getMessageId()
+                + "\",\"attempt\":" + view.getDeliveryAttempt());
+            return ConsumeResult.SUCCESS;
+        });
         emit("started", "");
         while (System.in.read() != -1) {
             // The parent closes our standard input to stop us; what it writes is ignored.
