@@ -57,7 +57,7 @@ docs: $(STAMP)
 #    R1-R3 and R8 kill and restart the two-broker cluster's JVMs through `thrust cluster`'s control socket), alone,
 #    since nothing else may use a cluster whose proxy is down. Both run even if the first fails.
 # Between the two, the client suites (tests/client, tests/push) once more with every loop on uvloop
-# ($THRUST_TEST_LOOP, tests/conftest.py; issue 17 item 7), against the embedded server, without coverage:
+# ($THRUST_TEST_LOOP, tests/conftest.py), against the embedded server, without coverage:
 # UVLOOP_SUITES took 45 s at load 2.0 and 53 s at load 4.6 (187 tests, -n 4) on two cores.
 # Phase 1 measures branch coverage of thrust in the test processes (pytest-cov, xdist workers combined;
 # code run in child processes, such as `thrust serve` or the CLI, is not counted) and fails below

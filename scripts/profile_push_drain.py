@@ -1,4 +1,4 @@
-"""Where does a PushConsumer's CPU go while it drains a backlog? (issue 17, item 5)
+"""Where does a PushConsumer's CPU go while it drains a backlog?
 
 Starts `thrust serve` as a child process (so the server's CPU is not in the profile), stores a backlog of
 N messages of SIZE bytes with `send_batch`, then drains it in this process with a default PushConsumer

@@ -1,4 +1,4 @@
-"""The event loop the tests and the CLI tools run on is the one asked for (issue 17, item 7).
+"""The event loop the tests and the CLI tools run on is the one asked for.
 
 Under `THRUST_TEST_LOOP=uvloop` (tests/conftest.py; `make pytest` runs the client suites so) every loop is
 uvloop's: `asyncio.run` in the tests, the sync client's loop thread, the embedded server's. Without it,
