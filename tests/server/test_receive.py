@@ -8,6 +8,7 @@ import time
 import pytest
 
 from tests.server._wire import Wire, handles, message, messages_of, run, status_of, until_parked
+from tests.support import TIMER_SLACK, until
 from thrust._codec.status import Code
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as d
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as s
@@ -22,7 +23,7 @@ def test_long_poll_returns_early_when_a_message_arrives() -> None:
         async with embedded_server(topics=["t"], groups=["g"]) as srv, Wire(srv.endpoints[0]) as w:
             await w.consumer("g", "t")
             polls = [asyncio.ensure_future(w.receive("g", "t", polling=20, rpc_timeout=25)) for _ in range(3)]
-            await asyncio.sleep(0.3)
+            await until(lambda: srv.pending_polls("g") == 3)
             await w.send_ok("t")
             # Woken by the send: answered long before the 20 s poll would have ended on its own.
             first = await asyncio.wait_for(
@@ -52,7 +53,7 @@ def test_empty_long_poll_times_out_with_message_not_found() -> None:
             # 1 s asked: clamped up to the 5 s minimum (docs/protocol.md §6.2). It ends with an answer,
             # not at the 10 s deadline of the call (which would raise DEADLINE_EXCEEDED).
             stream = await w.receive("g", "t", polling=1, rpc_timeout=10)
-            assert time.monotonic() - started >= 4.8
+            assert time.monotonic() - started >= 5.0 - TIMER_SLACK
             kinds = [r.WhichOneof("content") for r in stream]
             assert kinds == ["status", "delivery_timestamp"]
             assert status_of(stream).code == Code.MESSAGE_NOT_FOUND
@@ -135,7 +136,7 @@ def test_fifo_group_assignment_and_order() -> None:
             assert first[0].system_properties.message_type == d.MessageType.FIFO
             # F1 is blocked while F0 is in flight; acking F0 wakes a poll that then gets F1.
             parked = asyncio.ensure_future(w.receive("fg", "f", batch=1, polling=20, rpc_timeout=25))
-            await asyncio.sleep(0.3)
+            await until_parked(srv, "fg")
             assert not parked.done()
             await w.ack("fg", "f", handles([s.ReceiveMessageResponse(message=first[0])]))
             got = messages_of(await asyncio.wait_for(parked, 5))
