@@ -1,4 +1,5 @@
-"""`thrust.__version__` comes from the package metadata, and `thrust --version` prints it."""
+"""`thrust.__version__` comes from the package metadata, `thrust --version` prints it, and
+`python -m thrust` is the `thrust` command."""
 
 from __future__ import annotations
 
@@ -24,3 +25,17 @@ def test_thrust_dash_dash_version() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"thrust {thrust.__version__}"
+
+
+def test_python_dash_m_thrust_is_the_thrust_command() -> None:
+    """`python -m thrust` runs the same CLI (for a venv whose bin/ is not on PATH)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "thrust", "--version"], capture_output=True, text=True, timeout=50
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"thrust {thrust.__version__}"
+    usage = subprocess.run(
+        [sys.executable, "-m", "thrust", "--help"], capture_output=True, text=True, timeout=50
+    )
+    assert usage.returncode == 0, usage.stderr
+    assert "serve" in usage.stdout and "perf" in usage.stdout
