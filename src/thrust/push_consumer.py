@@ -349,7 +349,7 @@ class PushConsumer:
             invoke=invoke,
         )
         settler.start(session, executor.submit)
-        self._receiver.start(session, executor.submit)
+        self._receiver.start(session, settler.hand_over)
         await session.start(())
         await self._scanner.start(session)
 

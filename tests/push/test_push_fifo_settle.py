@@ -101,6 +101,9 @@ def test_fifo_group_waits_for_a_failing_dead_letter_forward_and_keeps_its_order(
             assert srv.stats.calls[DLQ] == 4 and srv.stats.injected[DLQ] == 3
             assert (s.dead_lettered, s.acked, s.dead_letters_pending, s.consume_failures) == (1, 2, 0, 2)
             assert s.nacked == 0
+            # The local retry and the successors released by the forward were counted into the listener
+            # and out again, like the first deliveries.
+            assert s.listeners_in_flight == 0 and [q.listeners_in_flight for q in s.queues] == [0]
             assert await _dead_letters(ep, "gq") == [b"poison"]
 
     run(main())
@@ -124,6 +127,7 @@ def test_fifo_group_waits_for_a_failing_ack() -> None:
             assert listener.seen == [(b"a", 0), (b"b", 1), (b"c", 2)]
             assert srv.stats.injected[ACK + ".entry"] == 6
             assert (s.acked, s.acks_dropped_invalid, s.acks_dropped_expired) == (3, 0, 0)
+            assert s.listeners_in_flight == 0 and [q.listeners_in_flight for q in s.queues] == [0]
 
     run(main())
 

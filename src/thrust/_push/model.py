@@ -79,9 +79,10 @@ class _Queue:
     A record the three parts of the consumer share, as a partition's state is in a Kafka consumer's
     subscription state; each field has one writer. `AssignmentScanner` creates it (`id`, `route_queue`,
     `pq`, `ack_key`, `request`, `runner`) and stops it (`halt`, `bound_settling`); `QueueReceiver` writes
-    `receivers`, `timer`, `fifo` and `received`, and counts the messages it hands to the listener into
-    `in_listener`; `Settler` writes `settling`, `acks_pending` and `consumed`, and counts results out of
-    `in_listener`. `event` is the queue's wake-up: set by whoever made room or changed the plan."""
+    `receivers`, `timer`, `fifo` and `received`, and hands what it received to the listener through the
+    settler; `Settler` writes `settling`, `acks_pending`, `consumed` and `in_listener` (counted in by
+    `Settler.hand_over`, out by the results). `event` is the queue's wake-up: set by whoever made room or
+    changed the plan."""
 
     __slots__ = (
         "ack_key",

@@ -240,5 +240,4 @@ class QueueReceiver:
             ready = q.fifo.add(deliveries)
         else:
             ready = deliveries
-        q.in_listener += len(ready)
         submit(ready)

@@ -90,6 +90,16 @@ class Settler:
             self._dlq_finished,
         )
 
+    def hand_over(self, deliveries: list[_Delivery]) -> int:
+        """Hand `deliveries` to the listener pool, counting them into their queues' `in_listener`: the
+        settler is that count's one writer (the results come back to it, `on_results`), whether the
+        deliveries are new from `QueueReceiver` or a FIFO retry or successor of its own."""
+        submit = self._submit
+        assert submit is not None
+        for d in deliveries:
+            d.queue.in_listener += 1
+        return submit(deliveries)
+
     def drivers(self) -> list[AckDriver]:
         return [d for d in (self.acks, self.nacks, self.dlq) if d is not None]
 
@@ -237,8 +247,7 @@ class Settler:
         # Retried even if its queue was dropped meanwhile: the proxy renews the message for this client
         # until it is settled (`AssignmentScanner._drop_queue`), so giving it up here would hold it back
         # until close.
-        d.queue.in_listener += 1
-        self._submit([d])
+        self.hand_over([d])
 
     def corrupted(self, q: _Queue, bad: Sequence[convert.Corrupted]) -> None:
         """Messages of `q` that failed to decode. Java: a corrupted standard message is nacked, a corrupted
@@ -371,9 +380,7 @@ class Settler:
                     fate.name,
                 )
         if follow_ups and not self._closing and self._submit is not None:
-            for d in follow_ups:
-                d.queue.in_listener += 1
-            self._submit(follow_ups)
+            self.hand_over(follow_ups)
 
     def _release(self, tokens: list[object]) -> None:
         """Settled (acked, nacked, forwarded or given up): the messages leave the cache, making room.
