@@ -21,23 +21,18 @@ import asyncio
 import concurrent.futures
 import os
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Self, TypeVar
+from typing import Any, Concatenate, ParamSpec, Self, TypeVar
 
 from thrust import producer as _producer
+from thrust import push_consumer as _push
 from thrust import simple_consumer as _simple
-from thrust._instrument import Instrumentation
 from thrust._io.rpc import check_grpc_usable
-from thrust.config import ClientConfig, Credentials, TlsConfig
 from thrust.errors import ClientClosedError, ThrustError, TimeoutError
 from thrust.message import FilterExpression, Message, ReceivedMessage, SendReceipt
 
 __all__ = ["Producer", "PushConsumer", "SimpleConsumer", "Transaction"]
-
-if TYPE_CHECKING:
-    # For annotations only: importing the push consumer at run time is left to `PushConsumer()`.
-    from thrust import push_consumer as _push
 
 T = TypeVar("T")
 S = TypeVar("S")
@@ -435,8 +430,9 @@ class SimpleConsumer(_SyncClient):
 
 
 class PushConsumer(_SyncClient):
-    """Blocking `thrust.PushConsumer`: the same keyword options (`group`, `subscriptions`, `listener`,
-    `consumption_thread_count`, cache and ack options, ...).
+    """Blocking `thrust.PushConsumer`; it takes exactly the arguments of
+    [`thrust.PushConsumer`][thrust.PushConsumer] (its signature is that one's, for type checkers and
+    `help()` too).
 
     ```
     def handle(message):
@@ -451,59 +447,9 @@ class PushConsumer(_SyncClient):
     threads. `close()` stops receiving, lets running listeners finish within the grace, and flushes acks.
     """
 
-    def __init__(
-        self,
-        config: ClientConfig | None = None,
-        *,
-        endpoints: str | Iterable[str] | None = None,
-        namespace: str | None = None,
-        credentials: Credentials | None = None,
-        tls: TlsConfig | bool | None = None,
-        request_timeout: float | None = None,
-        instrumentation: Instrumentation | None = None,
-        group: str,
-        subscriptions: Mapping[str, str | FilterExpression],
-        listener: _push.Listener,
-        consumption_thread_count: int = 20,
-        async_concurrency: int = 64,
-        max_cache_message_count: int = 4096,
-        max_cache_message_bytes: int = 64 * 1024 * 1024,
-        receives_per_queue: int = 2,
-        ack_batch_size: int = 32,
-        ack_linger: float = 0.01,
-        ack_retry_window: float | None = None,
-        fifo_parallel_groups: bool = False,
-        shutdown_grace: float = 10.0,
-        scan_interval: float = 5.0,
-    ) -> None:
-        # Imported here: the push consumer pulls in the consumption pool, which plain producers never need.
-        from thrust import push_consumer
-
-        # None: the asyncio consumer's own default (its module's ACK_RETRY_WINDOW), not a copy of it.
-        retry_window = {} if ack_retry_window is None else {"ack_retry_window": ack_retry_window}
-        self._async = push_consumer.PushConsumer(
-            config,
-            endpoints=endpoints,
-            namespace=namespace,
-            credentials=credentials,
-            tls=tls,
-            request_timeout=request_timeout,
-            instrumentation=instrumentation,
-            group=group,
-            subscriptions=subscriptions,
-            listener=listener,
-            consumption_thread_count=consumption_thread_count,
-            async_concurrency=async_concurrency,
-            max_cache_message_count=max_cache_message_count,
-            max_cache_message_bytes=max_cache_message_bytes,
-            receives_per_queue=receives_per_queue,
-            ack_batch_size=ack_batch_size,
-            ack_linger=ack_linger,
-            fifo_parallel_groups=fifo_parallel_groups,
-            shutdown_grace=shutdown_grace,
-            scan_interval=scan_interval,
-            **retry_window,
-        )
+    @_options_of(_push.PushConsumer.__init__)
+    def __init__(self, *args: Any, **options: Any) -> None:
+        self._async = _push.PushConsumer(*args, **options)
         self._start(self._async.start)
 
     @property

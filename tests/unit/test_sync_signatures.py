@@ -1,8 +1,8 @@
 """The thrust.sync clients take exactly the keyword options of the asyncio clients, with the same defaults.
 
-`thrust.sync.Producer` and `SimpleConsumer` take them from the asyncio client's signature, their one
-declaration (`thrust.sync._options_of`: ParamSpec for type checkers, `__wrapped__` for `inspect`);
-`thrust.sync.PushConsumer` still spells them out. Either way the two lists must not drift apart.
+Each sync client takes them from the asyncio client's signature, their one declaration
+(`thrust.sync._options_of`: ParamSpec for type checkers, `__wrapped__` for `inspect`), so the two lists
+cannot drift apart.
 """
 
 from __future__ import annotations
@@ -14,13 +14,11 @@ import pytest
 
 import thrust
 import thrust.sync
-from thrust import push_consumer
 
-# Defaults the sync client leaves to the asyncio one (None there means "the asyncio default").
-DEFERRED = {("PushConsumer", "ack_retry_window"): push_consumer.ACK_RETRY_WINDOW}
+CLIENTS = ["Producer", "SimpleConsumer", "PushConsumer"]
 
 
-@pytest.mark.parametrize("name", ["Producer", "SimpleConsumer", "PushConsumer"])
+@pytest.mark.parametrize("name", CLIENTS)
 def test_sync_client_takes_the_asyncio_clients_options(name: str) -> None:
     sync_params = inspect.signature(getattr(thrust.sync, name)).parameters
     async_params = inspect.signature(getattr(thrust, name)).parameters
@@ -28,15 +26,12 @@ def test_sync_client_takes_the_asyncio_clients_options(name: str) -> None:
     for param, theirs in async_params.items():
         ours = sync_params[param]
         assert ours.kind == theirs.kind, param
-        if (name, param) in DEFERRED:
-            assert ours.default is None and theirs.default == DEFERRED[name, param], param
-        else:
-            assert ours.default == theirs.default, param
-            # Annotations are strings (postponed); sync.py names some types through its module aliases.
-            assert re.sub(r"\b_\w+\.", "", ours.annotation) == theirs.annotation, param
+        assert ours.default == theirs.default, param
+        # Annotations are strings (postponed); sync.py names some types through its module aliases.
+        assert re.sub(r"\b_\w+\.", "", ours.annotation) == theirs.annotation, param
 
 
-@pytest.mark.parametrize("name", ["Producer", "SimpleConsumer"])
+@pytest.mark.parametrize("name", CLIENTS)
 def test_sync_client_declares_no_option_of_its_own(name: str) -> None:
     # Its options are the asyncio client's: one list, so an option added there cannot be missing here.
     sync_init = getattr(thrust.sync, name).__init__
@@ -48,7 +43,7 @@ def test_sync_client_declares_no_option_of_its_own(name: str) -> None:
     ]
 
 
-@pytest.mark.parametrize("name", ["Producer", "SimpleConsumer"])
+@pytest.mark.parametrize("name", CLIENTS)
 def test_an_unknown_option_is_refused_before_anything_starts(name: str) -> None:
     with pytest.raises(TypeError, match="max_attemps"):
         getattr(thrust.sync, name)(endpoints="127.0.0.1:1", max_attemps=2)
