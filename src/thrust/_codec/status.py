@@ -74,3 +74,19 @@ class Code(IntEnum):
             return cls(value)
         except ValueError:
             return value
+
+
+class StatusFailure(Exception):
+    """A failure that carries the `Status{code, message}` a server answers it with: the base of the
+    shared validator's `Invalid` (client and server) and of the embedded broker core's `BrokerError`."""
+
+    code: Code
+    message: str
+
+    def __init__(self, code: Code, message: str) -> None:
+        super().__init__(code, message)
+        self.code = code
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.code.name}: {self.message}"

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from typing import Final
 
 from thrust._codec.digest import DigestType, verify_digest
-from thrust._codec.status import Code
+from thrust._codec.status import Code, StatusFailure
 
 __all__ = [
     "DEFAULT_INVISIBLE_SECONDS",
@@ -74,19 +74,8 @@ __all__ = [
 ]
 
 
-class Invalid(ValueError):
+class Invalid(StatusFailure, ValueError):
     """A value the protocol rejects; `code` is the status the server answers with."""
-
-    code: Code
-    message: str
-
-    def __init__(self, code: Code, message: str) -> None:
-        super().__init__(code, message)
-        self.code = code
-        self.message = message
-
-    def __str__(self) -> str:
-        return f"{self.code.name}: {self.message}"
 
 
 # --------------------------------------------------------------------------------------------------

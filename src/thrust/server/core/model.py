@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, cast
 
 from thrust._codec.message_type import MessageType
-from thrust._codec.status import Code
+from thrust._codec.status import StatusFailure
 
 __all__ = [
     "DEFAULT_CUSTOMIZED_BACKOFF",
@@ -33,23 +33,12 @@ __all__ = [
 ]
 
 
-class BrokerError(Exception):
+class BrokerError(StatusFailure):
     """A request-level failure; the service answers it as `Status{code, message}` (docs/protocol.md §2.2).
 
     The core raises only this for bad input (unknown topic, expired receipt handle, wrong transaction
     id...), never KeyError/ValueError, so the service can map every failure without a catch-all.
     """
-
-    code: Code
-    message: str
-
-    def __init__(self, code: Code, message: str) -> None:
-        super().__init__(code, message)
-        self.code = code
-        self.message = message
-
-    def __str__(self) -> str:
-        return f"{self.code.name}: {self.message}"
 
 
 class MessageMatcher(Protocol):
