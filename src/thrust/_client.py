@@ -3,14 +3,15 @@ own so that no client imports another's private names."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from thrust._codec import validation
 from thrust.config import ClientConfig
 from thrust.errors import validation_error
 
-__all__ = ["check", "client_config"]
+__all__ = ["check", "client_config", "join_start"]
 
 
 def client_config(
@@ -34,3 +35,16 @@ def check(fn: Callable[..., None], *args: Any, **kwargs: Any) -> None:
         fn(*args, **kwargs)
     except validation.Invalid as exc:
         raise validation_error(exc.message, exc.code) from None
+
+
+async def join_start(task: asyncio.Task[None], close: Callable[[], Awaitable[None]]) -> None:
+    """Wait for a client's start task. Shielded: a caller cancelled while it waits leaves the start running
+    for the others waiting on it (`start()` is idempotent and may be awaited by several). A start that
+    failed closes the client (`close`, which releases what the start had opened) before its error
+    propagates; a start still running when this caller was cancelled is left alone."""
+    try:
+        await asyncio.shield(task)
+    except BaseException:
+        if task.done():
+            await close()
+        raise

@@ -27,7 +27,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from thrust import errors
-from thrust._client import check, client_config
+from thrust._client import check, client_config, join_start
 from thrust._codec import convert, validation
 from thrust._codec.ids import new_message_id
 from thrust._codec.status import Code
@@ -289,12 +289,7 @@ class Producer:
             self._start_task = asyncio.get_running_loop().create_task(self._session.start(self._topics))
             if self._instrumentation is not None:
                 self._instrumentation.attach(self)
-        try:
-            await asyncio.shield(self._start_task)
-        except BaseException:
-            if self._start_task.done():
-                await self.close(timeout=1.0)
-            raise
+        await join_start(self._start_task, lambda: self.close(timeout=1.0))
 
     async def __aenter__(self) -> Producer:
         await self.start()

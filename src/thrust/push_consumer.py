@@ -48,6 +48,7 @@ from types import TracebackType
 from typing import TypeAlias
 
 from thrust._client import client_config as _config
+from thrust._client import join_start
 from thrust._codec import convert, validation
 from thrust._codec.filter import check_filter
 from thrust._consumption import ListenerExecutor, is_async_callable
@@ -307,12 +308,7 @@ class PushConsumer:
             raise ClientClosedError("the consumer is closed")
         if self._start_task is None:
             self._start_task = asyncio.get_running_loop().create_task(self._start())
-        try:
-            await asyncio.shield(self._start_task)
-        except BaseException:
-            if self._start_task.done():
-                await self.close()
-            raise
+        await join_start(self._start_task, self.close)
 
     async def _start(self) -> None:
         local = dataclasses.replace(

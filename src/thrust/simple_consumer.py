@@ -24,7 +24,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
-from thrust._client import check, client_config
+from thrust._client import check, client_config, join_start
 from thrust._codec import convert, validation
 from thrust._codec.filter import check_filter
 from thrust._codec.status import Code
@@ -233,12 +233,7 @@ class SimpleConsumer:
             )
             if self._instrumentation is not None:
                 self._instrumentation.attach(self)
-        try:
-            await asyncio.shield(self._start_task)
-        except BaseException:
-            if self._start_task.done():
-                await self.close(timeout=1.0)
-            raise
+        await join_start(self._start_task, lambda: self.close(timeout=1.0))
 
     async def __aenter__(self) -> SimpleConsumer:
         await self.start()
