@@ -106,9 +106,11 @@ class PushConsumerStats:
     nacks_pending, dead_letters_pending. Counters: received, consumed, consume_failures, acked,
     acks_dropped_invalid (INVALID_RECEIPT_HANDLE and other 400xx), acks_dropped_expired (gave up by age),
     acks_dropped_overflow (retry set full), ack_rpcs, ack_attempts, nacked, dead_lettered,
-    receive_failures, queues_dropped. `last_receive_error`: the typed error of the most recent failed
-    receive (None while none failed); a failure a retry cannot cure (`retriable` False, such as a
-    subscription the server refuses) keeps failing every receive, and is also logged every 10 s.
+    receive_failures, queues_dropped, held_releases (times the client re-registered so that the proxy
+    releases the rest of a batch whose receive broke after it began: docs/reliability.md, bug 12).
+    `last_receive_error`: the typed error of the most recent failed receive (None while none failed); a
+    failure a retry cannot cure (`retriable` False, such as a subscription the server refuses) keeps
+    failing every receive, and is also logged every 10 s.
     """
 
     queues: tuple[QueueStats, ...]
@@ -133,6 +135,7 @@ class PushConsumerStats:
     dead_lettered: int
     receive_failures: int
     queues_dropped: int
+    held_releases: int = 0
     last_receive_error: ThrustError | None = None
 
 
@@ -472,6 +475,7 @@ class PushConsumer:
             dead_lettered=settler.dead_lettered,
             receive_failures=receiver.receive_failures,
             queues_dropped=self._scanner.queues_dropped,
+            held_releases=self._session.held_releases if self._session is not None else 0,
             last_receive_error=receiver.last_receive_error,
         )
 
