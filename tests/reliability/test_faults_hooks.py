@@ -141,13 +141,21 @@ def test_f11_telemetry_aborted_and_reconnect_command_consumption_continues() -> 
                     await until(lambda: cid in srv.connected_clients(), 5.0)
                     rec.fault_healed("telemetry-abort")
                     assert time.monotonic() - healed <= 5.0
-                    await asyncio.sleep(0.5)
+                    # This cycle's messages consumed over the new session before the next abort.
+                    done = (cycle + 1) * n // 4
+                    await until(
+                        lambda: consumer.stats().acked >= done,  # noqa: B023 - awaited here, in this cycle
+                        timeout=20,
+                        what=f"cycle {cycle} acked",
+                    )
                 await until(lambda: consumer.stats().acked >= n, timeout=20)
                 # Settings (subscriptions) were not duplicated: exactly one subscription on the server.
                 settings = srv.client_settings(cid)
                 assert settings is not None
                 assert [s.topic.name for s in settings.merged.subscription.subscriptions] == ["t"]
-                await asyncio.sleep(1.0)  # a duplicate delivery would show up now
+                # A negative check, so a fixed span: a duplicate still on the wire or in the client's
+                # buffer when the count was reached would be delivered within it.
+                await asyncio.sleep(1.0)
         report = check(rec)
         assert_report(report, "P1", "P2", "P4")
         assert report.duplicates == 0, report.summary
@@ -193,6 +201,8 @@ def test_f12_ack_failures_are_retried_with_backoff_and_cause_no_redelivery(how: 
                 await until(lambda: consumer.stats().acked >= n, timeout=25)
                 took = time.monotonic() - started
                 s = consumer.stats()
+                # A negative check, so a fixed span: a redelivery under way when the last ack landed
+                # would reach the server's delivered count within it.
                 await asyncio.sleep(0.5)
             # Not a tight loop: few ack RPCs over the seconds it took (anchor: retried after ~1 s).
             assert s.ack_rpcs <= 4 + 2 * took, (s.ack_rpcs, took)
@@ -607,7 +617,10 @@ def test_f22_poison_message_dead_lettered_after_exactly_max_attempts(fifo: bool)
                     )
                 await until(lambda: len(attempts) >= max_attempts, timeout=30)
                 await until(lambda: consumer.stats().acked >= 3, timeout=30)
-                await asyncio.sleep(0.5)
+                # Once the poison is stored in %DLQ% no further attempt of it can come.
+                await until(
+                    lambda: srv.brokers[0].messages("%DLQ%gp"), timeout=30, what="poison dead-lettered"
+                )
             # Exactly max_attempts deliveries (FIFO retries locally: the server attempt stays 1).
             assert len(attempts) == max_attempts, attempts
             if fifo:
@@ -693,7 +706,15 @@ def test_f22_fifo_group_stays_blocked_until_the_head_is_settled_on_the_server(se
                     sent_ids[pid] = r.message_id
             async with consumer:
                 await until(lambda: len(local) >= 3, timeout=15)
-                await asyncio.sleep(1.0)
+                # Every message settled on the server (through the latency): no redelivery can follow.
+                if settle == "ack":
+                    await until(lambda: srv.stats.entries["AckMessage"] >= 3, timeout=15, what="three acks")
+                else:
+                    await until(
+                        lambda: srv.stats.entries[DLQ_RPC] >= 1 and srv.stats.entries["AckMessage"] >= 2,
+                        timeout=15,
+                        what="head dead-lettered, the others acked",
+                    )
         report = check(rec, require_ack=False)
         assert_report(report, "order")
 
@@ -734,6 +755,7 @@ def test_f3_slow_broker_delays_10_percent_of_calls_by_2_to_5s_bounded_nothing_lo
         ack_errors: list[type[BaseException]] = []
         acks: set[asyncio.Task[None]] = set()
         stopping = False
+        sent_ok = [0]
         async with embedded_server(topics=["t:4"], groups=["g"], faults=faults) as srv:
             ep = srv.endpoints[0]
             async with (
@@ -752,8 +774,9 @@ def test_f3_slow_broker_delays_10_percent_of_calls_by_2_to_5s_bounded_nothing_lo
                     while not stopping:
                         pid = f"{name}-{i}"
                         i += 1
-                        await send_recorded(rec, p, thrust.Message(topic="t", body=body(pid)), pid)
-                        await asyncio.sleep(0.01)
+                        if await send_recorded(rec, p, thrust.Message(topic="t", body=body(pid)), pid):
+                            sent_ok[0] += 1
+                        await asyncio.sleep(0.01)  # pacing the load
 
                 async def ack(m: thrust.ReceivedMessage, ref: int) -> None:
                     try:
@@ -789,7 +812,16 @@ def test_f3_slow_broker_delays_10_percent_of_calls_by_2_to_5s_bounded_nothing_lo
                 rec.fault_started("slow-10pct")
                 producers = [asyncio.create_task(produce(f"p{k}")) for k in range(6)]
                 consumers = [asyncio.create_task(consume()) for _ in range(6)]
-                await asyncio.sleep(6.0)
+                # The load runs until the fault has met each RPC and enough sends went through.
+                await until(
+                    lambda: (
+                        sent_ok[0] > 100
+                        and all(srv.stats.delayed[rpc.value] > 0 for rpc in F3_RPCS)
+                        and thrust.TimeoutError in ack_errors
+                    ),
+                    timeout=30,
+                    what="every RPC delayed, an ack timed out, 100 sends",
+                )
                 stopping = True
                 await asyncio.gather(*producers)
                 await asyncio.gather(*consumers)

@@ -92,6 +92,8 @@ async def _nack_twice_then_read_dead_letters(endpoint: str) -> tuple[str, list[i
                         return sent, attempts, [m.message_id for m in dead]
                 return sent, attempts, []
         except thrust.NotFoundError:
+            # A polling loop's step: the same helper reads a server in another process (`thrust
+            # serve`), where no in-process counter says the dead-letter topic exists.
             await asyncio.sleep(0.05)
     raise AssertionError("%DLQ%g never appeared")
 

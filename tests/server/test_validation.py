@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import grpc
@@ -13,6 +12,7 @@ from thrust._codec.filter import MATCH_ALL
 from thrust._codec.status import Code
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as d
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as s
+from thrust.server.clock import ManualClock
 from thrust.testing import embedded_server
 
 
@@ -166,11 +166,17 @@ def test_receive_validation() -> None:
 
 
 def test_receipt_handles_expired_malformed_superseded() -> None:
+    # On a manual clock: the handle expires when the test moves time past its invisible duration.
+    clock = ManualClock()
+
     async def scenario() -> None:
-        async with embedded_server(topics=["t"], groups=["g"]) as srv, Wire(srv.endpoints[0]) as w:
+        async with (
+            embedded_server(topics=["t"], groups=["g"], clock=clock) as srv,
+            Wire(srv.endpoints[0]) as w,
+        ):
             await w.consumer("g", "t")
             [mid] = await w.send_ok("t")
-            # A real expiry: pop with a short invisible time straight from the broker core.
+            # An expiry of the server's own: pop with a short invisible time straight from the broker core.
             [delivery] = srv.brokers[0].pop(
                 client_id="test-client",
                 group="g",
@@ -181,9 +187,9 @@ def test_receipt_handles_expired_malformed_superseded() -> None:
                 invisible_duration=0.2,
                 auto_renew=False,
                 attempt_id=None,
-                now=time.time(),
+                now=clock.time(),
             )
-            await asyncio.sleep(0.3)
+            clock.advance(0.3)
             ack = await w.ack("g", "t", [(mid, delivery.receipt_handle)])
             assert ack.status.code == Code.INVALID_RECEIPT_HANDLE
             change = await w.change_invisible("g", "t", mid, delivery.receipt_handle, 10)
