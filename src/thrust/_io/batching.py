@@ -63,7 +63,14 @@ class BatchingDriver(abc.ABC):
         self.name = name
         self._logger = logger
         self._loop = asyncio.get_running_loop()
-        self._wake = asyncio.Event()
+        # The flusher's wake-up: `_woken` says a turn is owed; `_waiter` is the future it awaits when idle.
+        # A plain future and one loop timer, not an Event under `asyncio.timeout_at`: that costs an Event
+        # waiter, a Timeout, a timer and a raised TimeoutError per timed sleep, several per ack RPC.
+        self._woken = False
+        self._waiter: asyncio.Future[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at: float | None = None
+        self.wakeups = 0  # wake() calls that owed the flusher a turn (tests count them)
         self._idle = asyncio.Event()
         self._tasks = TaskSet(logger)
         self._flusher = self._tasks.spawn(self._flush_loop(), flusher_name)
@@ -94,7 +101,29 @@ class BatchingDriver(abc.ABC):
     # -- the pattern ------------------------------------------------------------------------------
 
     def wake(self) -> None:
-        self._wake.set()
+        """Owe the flusher a turn; many wake-ups before it runs cost one turn."""
+        if self._woken:
+            return
+        self._woken = True
+        self.wakeups += 1
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _arm(self, at: float, now: float) -> None:
+        """A wake-up at monotonic `at`: one loop timer, replaced only by an earlier one (a later `at`
+        is seen again when the earlier timer's turn reads `_next_wakeup()`)."""
+        if self._timer is not None:
+            if self._timer_at is not None and self._timer_at <= at:
+                return
+            self._timer.cancel()
+        self._timer_at = at
+        self._timer = self._loop.call_at(self._loop.time() + max(0.0, at - now), self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        self._timer_at = None
+        self.wake()
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         self._tasks.spawn(coro, name)
@@ -112,26 +141,24 @@ class BatchingDriver(abc.ABC):
                     return
 
     async def _turns(self) -> None:
-        wake = self._wake
         loop = self._loop
         while True:
             # Cleared before the turn: a wake-up during it (an add while awaiting a slot) means one more.
-            wake.clear()
+            self._woken = False
             await self._flush(time.monotonic())
-            if wake.is_set():
+            if self._woken:
                 continue
             now = time.monotonic()
             at = self._next_wakeup()
             if self._due(now, at):
                 continue
-            if at is None:
-                await wake.wait()
-            else:
-                try:
-                    async with asyncio.timeout_at(loop.time() + max(0.0, at - now)):
-                        await wake.wait()
-                except TimeoutError:
-                    pass
+            if at is not None:
+                self._arm(at, now)
+            waiter = self._waiter = loop.create_future()
+            try:
+                await waiter
+            finally:
+                self._waiter = None
 
     async def _until_idle(self, timeout: float, between: Callable[[], None] | None = None) -> bool:
         """Wait until `_is_idle()`, at most `timeout` seconds; `between` runs after each idle signal."""
@@ -148,7 +175,11 @@ class BatchingDriver(abc.ABC):
         return self._is_idle()
 
     async def _stop_tasks(self) -> None:
-        """Cancel the flusher and the requests still running; await them, at most 1 s."""
+        """Cancel the flusher, its timer and the requests still running; await them, at most 1 s."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+            self._timer_at = None
         await self._tasks.aclose(1.0)
 
 
@@ -177,7 +208,7 @@ class AckDriver(BatchingDriver):
 
     def add(self, key: AckKey, entry: AckEntry) -> None:
         if self.batcher.add(key, entry, time.monotonic()):
-            self._wake.set()
+            self.wake()
 
     def add_many(self, items: list[tuple[AckKey, AckEntry]], now: float) -> None:
         """`add` for a burst of results: one clock read and at most one wake-up for all of them."""
@@ -187,7 +218,7 @@ class AckDriver(BatchingDriver):
             if add(key, entry, now):
                 kick = True
         if kick:
-            self._wake.set()
+            self.wake()
 
     def _next_wakeup(self) -> float | None:
         return None if self._closed else self.batcher.next_wakeup()
@@ -225,7 +256,7 @@ class AckDriver(BatchingDriver):
             self.batcher.on_results(batch, results, time.monotonic())
         # The fates at once (they free cache slots); the key's next batches on the flusher's next turn.
         self._report()
-        self._wake.set()
+        self.wake()
 
     def _report(self) -> None:
         finished = self.batcher.take_finished()
@@ -324,7 +355,7 @@ class LingerDriver(BatchingDriver):
         if self._room or not acc.room_for(entry.size):
             await self._wait_room(entry.size)
         if acc.add(entry, time.monotonic()):
-            self._wake.set()
+            self.wake()
         if self._room:
             self._hand_room()  # there may be room for the next waiting submit too
         return entry.future
@@ -434,7 +465,7 @@ class LingerDriver(BatchingDriver):
         finally:
             self._window.release()
             if self.acc.on_done(batch):
-                self._wake.set()
+                self.wake()
             self._after_release()
 
     # -- close -------------------------------------------------------------------------------------
@@ -448,7 +479,7 @@ class LingerDriver(BatchingDriver):
         self._hand_room()  # every waiting submit raises ClientClosedError
         acc = self.acc
         acc.flush_all()
-        self._wake.set()
+        self.wake()
         await self._until_idle(timeout)
         left = acc.drain()
         if left:
