@@ -60,7 +60,8 @@ def test_close_cancels_a_pending_long_poll_at_once(engine: Engine) -> None:
                 events.append("receive: ClientClosedError")
 
         waiting = asyncio.create_task(poll())
-        await asyncio.sleep(1.0)  # the long poll is parked on the server (nothing to receive)
+        # The long poll's call is out (nothing to receive: it would wait its 20 s).
+        await until(lambda: consumer.stats().receives_in_flight == 1, what="the receive's call started")
         started = time.monotonic()
         await consumer.close()
         events.append("closed")
@@ -110,12 +111,19 @@ def test_keepalive_pings_faster_than_the_proxy_permits_get_goaway_and_the_defaul
     of quiet on the real proxy, cutting the calls in flight."""
     topic = engine.topic()
 
-    async def idle_producer(config: thrust.ClientConfig) -> int:
+    async def idle_producer(config: thrust.ClientConfig, *, goaway: bool) -> int:
         async with thrust.Producer(config, topics=[topic]) as producer:
             await producer.send(thrust.Message(topic=topic, body=b"x"))
             stream = producer.session.telemetry(producer.session.open_sessions()[0])
             assert stream is not None
-            await asyncio.sleep(12)
+            if goaway:
+                # The GOAWAY ends the Telemetry stream and the client reopens it: wait for that.
+                await until(
+                    lambda: stream.opened >= 2, 40, "a client pinging every second was never sent GOAWAY"
+                )
+            else:
+                # A negative check, so a fixed span: a GOAWAY would have reopened the stream within it.
+                await asyncio.sleep(12)
             await producer.send(thrust.Message(topic=topic, body=b"still fine"))
             return stream.opened
 
@@ -123,7 +131,9 @@ def test_keepalive_pings_faster_than_the_proxy_permits_get_goaway_and_the_defaul
         eager = thrust.ClientConfig(engine.endpoint, keepalive_interval=1.0, keepalive_timeout=5.0)
         default = thrust.ClientConfig(engine.endpoint)
         assert default.keepalive_interval >= 300  # grpc-java's permitKeepAliveTime default
-        eager_opened, default_opened = await asyncio.gather(idle_producer(eager), idle_producer(default))
+        eager_opened, default_opened = await asyncio.gather(
+            idle_producer(eager, goaway=True), idle_producer(default, goaway=False)
+        )
         assert eager_opened >= 2, "a client pinging every second was never sent GOAWAY"
         assert default_opened == 1
 

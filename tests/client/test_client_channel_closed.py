@@ -70,7 +70,7 @@ def test_cancelling_the_task_still_cancels() -> None:
             client = RpcClient(parse_endpoint(srv.endpoints[0]), config, Metadata(config, "cancelled-task"))
             try:
                 receive = asyncio.create_task(client.receive(_receive_request(), 10.0))
-                await asyncio.sleep(0.3)
+                await until(lambda: srv.pending_polls("g") == 1, what="the receive waits on the server")
                 receive.cancel()
                 with pytest.raises(asyncio.CancelledError):
                     await receive

@@ -14,6 +14,7 @@ from tests.support import self_signed
 from thrust._codec.status import Code
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as d
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as s
+from thrust.server.clock import ManualClock
 from thrust.testing import embedded_server
 
 
@@ -31,10 +32,12 @@ def _only_new_streams(srv: object, client_id: str, killed: list[object]) -> bool
     return bool(sessions) and not any(s in killed for s in sessions)
 
 
-@pytest.mark.slow
 def test_invisible_duration_expiry_redelivers_and_old_handle_is_refused() -> None:
+    # On a manual clock: the invisible duration runs out when the test moves time past it.
+    clock = ManualClock()
+
     async def scenario() -> None:
-        async with embedded_server(topics=["t"], groups=["g"]) as srv:
+        async with embedded_server(topics=["t"], groups=["g"], clock=clock) as srv:
             ep = srv.endpoints[0]
             async with (
                 thrust.SimpleConsumer(
@@ -45,7 +48,7 @@ def test_invisible_duration_expiry_redelivers_and_old_handle_is_refused() -> Non
                 r = await p.send(thrust.Message(topic="t", body=b"x"))
                 [first] = await receive_n(c, 1, invisible_duration=10)
                 assert first.delivery_attempt == 1
-                await asyncio.sleep(10.3)
+                clock.advance(10.3)
                 [again] = await receive_n(c, 1, invisible_duration=10)
                 assert again.message_id == r.message_id
                 assert again.delivery_attempt == 2

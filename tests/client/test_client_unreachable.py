@@ -135,6 +135,7 @@ def test_a_call_started_in_the_backoff_goes_through_when_the_server_comes_up() -
             call = asyncio.ensure_future(
                 client.unary("SendMessage", s.SendMessageRequest(messages=[message("t")]), 30.0)
             )
+            # A negative check, so a fixed span: a call failed at once ("is unreachable") is done within it.
             await asyncio.sleep(0.3)
             assert not call.done()  # failed at once here before: "is unreachable"
             async with embedded_server(topics=["t"], groups=["g"], port=port) as srv:
@@ -169,6 +170,7 @@ def test_a_receive_after_a_reconnection_waits_for_its_settings_to_be_answered() 
                     20.0,
                     "the channel did not reconnect",
                 )
+                # A negative check, so a fixed span: a receive not held for its Settings would be sent in it.
                 await asyncio.sleep(0.3)
                 assert not call.done()
                 assert srv.stats.calls["ReceiveMessage"] == 0  # held until the Settings are answered

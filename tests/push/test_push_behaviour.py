@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests.push._util import ready, run, send_all, until
+from tests.support import TIMER_SLACK
 from thrust._core.ack import AckBatch
 from thrust.message import ConsumeResult, Message, ReceivedMessage
 from thrust.producer import Producer
@@ -20,12 +21,6 @@ from thrust.server.config import GroupSpec
 from thrust.server.core.model import GroupRetryPolicy
 from thrust.server.service.consumer import ConsumerRpcs
 from thrust.testing import embedded_server
-
-# What a loop timer may fire early by, against time.monotonic(): uvloop's timers run on libuv's loop
-# clock, which counts whole milliseconds (uv_now), so a timer can fire up to about a millisecond before
-# time.monotonic() says its delay is up. A 100 ms local retry measured between two listener calls came
-# out at 99.8 ms in a CI dry run under THRUST_TEST_LOOP=uvloop.
-TIMER_SLACK = 0.005
 
 
 def _fifo_order(parallel: bool) -> None:
@@ -234,6 +229,7 @@ def test_flow_control_bounds_the_cache_under_a_slow_listener_without_polling() -
                 await send_all(producer, [Message(topic="t", body=body) for _ in range(200)], chunk=32)
                 await until(lambda: consumer.stats().cached_bytes >= limit)
                 receives = srv.stats.calls["ReceiveMessage"]
+                # A negative check, so a fixed span: a receive sent on a full cache would be counted in it.
                 await asyncio.sleep(1.0)
                 # Full cache: no receive goes out (no polling, no busy loop) while the listener is stuck.
                 assert srv.stats.calls["ReceiveMessage"] == receives
@@ -331,6 +327,7 @@ def test_several_topics_with_tag_filters_and_an_async_listener() -> None:
                 ]
                 await send_all(producer, messages, chunk=30)
                 await until(lambda: consumer.stats().acked == 60)
+                # A negative check, so a fixed span: a duplicate would be acked (acked=61) within it.
                 await asyncio.sleep(0.2)
                 assert "acked=60" in repr(consumer)
             assert sorted(set(got)) == [

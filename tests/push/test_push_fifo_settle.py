@@ -178,6 +178,7 @@ def test_close_with_a_forward_still_failing_is_bounded_and_the_poison_comes_back
             await consumer.start()
             try:
                 await until(lambda: srv.stats.calls[DLQ] >= 4, timeout=15)
+                # A negative check, so a fixed span: next1 let past the unsettled poison would arrive in it.
                 await asyncio.sleep(0.3)
                 assert first.bodies == [b"poison", b"poison"]  # next1 waits behind the unsettled poison
                 assert consumer.stats().dead_letters_pending == 1

@@ -291,7 +291,9 @@ def test_a_topics_scan_never_touches_another_topics_queues() -> None:
                     await send_all(
                         producer, [Message(topic=t, body=b"x") for t in ("a", "b") for _ in range(10)]
                     )
-                    await asyncio.sleep(0.1)
+                    # Each batch meets a rescan of both topics (one QueryAssignment each) before the next.
+                    scanned = srv.stats.calls["QueryAssignment"]
+                    await until(lambda: srv.stats.calls["QueryAssignment"] >= scanned + 2, timeout=10)  # noqa: B023
                 await until(lambda: got == {"a": 100, "b": 100}, timeout=10)
                 assert srv.stats.calls["QueryAssignment"] - scans_before >= 10
                 assert {qid: id(q) for qid, q in consumer._scanner.queues.items()} == queue_objects

@@ -7,6 +7,7 @@ unexpected), no duplicates without faults, P3 (no send hung past its bound).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import hashlib
 import os
@@ -16,6 +17,7 @@ import pytest
 
 import thrust
 from tests.reliability._util import assert_report, body, drain, pid_of, record_delivery, run, send_recorded
+from tests.support import until
 from thrust.reliability.history import History, HistoryRecorder, check
 from thrust.testing import embedded_server
 
@@ -197,15 +199,27 @@ def test_l8_connection_churn_start_send_close_leaks_no_fds_threads_or_tasks() ->
             for i in range(5):
                 async with thrust.Producer(endpoints=ep, topics=["churn"]) as p:
                     await send_recorded(rec, p, thrust.Message(topic="churn", body=body(f"w-{i}")), f"w-{i}")
-            await asyncio.sleep(0.5)
+            await until(lambda: not srv.connected_clients(), what="the warm-up clients' sessions ended")
             gc.collect()
             fds0, threads0, tasks0 = _fds(), threading.active_count(), len(asyncio.all_tasks())
             for i in range(cycles):
                 async with thrust.Producer(endpoints=ep, topics=["churn"]) as p:
                     pid = f"c-{i}"
                     await send_recorded(rec, p, thrust.Message(topic="churn", body=body(pid)), pid)
-            await asyncio.sleep(1.0)
-            gc.collect()
+            await until(lambda: not srv.connected_clients(), what="the churned clients' sessions ended")
+
+            def settled() -> bool:
+                gc.collect()
+                return (
+                    _fds() - fds0 <= 5
+                    and threading.active_count() - threads0 <= 2
+                    and len(asyncio.all_tasks()) <= tasks0
+                )
+
+            # The server side of the last connections goes a moment after the clients closed: wait until
+            # the counts are back within the bounds (a leak never gets there; the asserts name the counts).
+            with contextlib.suppress(AssertionError):
+                await until(settled, timeout=10, step=0.1)
             fds1, threads1, tasks1 = _fds(), threading.active_count(), len(asyncio.all_tasks())
             assert fds1 - fds0 <= 5, f"fd leak: {fds0} -> {fds1}"
             assert threads1 - threads0 <= 2, f"thread leak: {threads0} -> {threads1}"

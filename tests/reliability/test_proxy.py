@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import TIMER_SLACK, run
+from tests.support import TIMER_SLACK, run, until
 from thrust.reliability.proxy import (
     PASS,
     Bandwidth,
@@ -239,6 +239,7 @@ def test_blackhole_holds_back_eof() -> None:
                 await roundtrip(r, w, b"x")
                 proxy.set_mode(Blackhole(direction=Direction.UPSTREAM))
                 w.write_eof()
+                # A negative check, so a fixed span: an EOF the black hole let through would land within it.
                 await asyncio.sleep(0.3)
                 assert echo.eofs == 0  # half-open: the server never learns the client left
                 proxy.set_mode(PASS)
@@ -458,7 +459,12 @@ def test_close_cancels_every_task_and_connection() -> None:
                 proxy.set_mode(mode, scope="new")
                 conns.append(await asyncio.open_connection(*proxy.address))
                 conns[-1][1].write(b"pending")
-            await asyncio.sleep(0.1)
+            # Every connection served: its upstream connected (the echo server accepted it) and the black
+            # hole's write read and dropped.
+            await until(
+                lambda: len(echo.writers) == 3 and proxy.stats().dropped_up == len(b"pending"),
+                what="three connections proxied",
+            )
             assert len(asyncio.all_tasks()) > before
             await proxy.aclose()
             assert len(asyncio.all_tasks()) == before

@@ -544,6 +544,14 @@ def _delivered_since(rec: HistoryRecorder, t: float) -> bool:
     return any(e.kind == "deliver" and e.t >= t for e in rec.snapshot().events)
 
 
+def _unconsumed_on(load: _Load, broker: str, since: float) -> int:
+    """Payloads sent at or after `since` that `broker` stored (the push group got them from it) and the
+    simple group has not received: that group's backlog on `broker`."""
+    sent = {e.payload_id for e in load.push_rec.snapshot().events if e.kind == "invoke" and e.t >= since}
+    consumed = {e.payload_id for e in load.simple_rec.snapshot().events if e.kind == "deliver"}
+    return sum(1 for p in sent - consumed if load.brokers["push"].get(p) == broker)
+
+
 def _not_ok_between(rec: HistoryRecorder, a: float, b: float) -> int:
     """Sends that completed without success (failed, or unknown after a timeout) between `a` and `b`."""
     return sum(1 for e in rec.snapshot().events if e.kind in ("fail", "unknown") and a <= e.t <= b)
@@ -712,7 +720,7 @@ def test_r1_broker_b_killed_sends_move_to_broker_a_and_its_backlog_drains_after_
 ) -> None:
     """R1: kill -9 broker-b under load. Sends that meet it fail over to broker-a (the producer retries on
     another broker, and the proxy's route drops broker-b once the namesrv has seen its connection close);
-    consumption from broker-a goes on. The simple group pauses 1.5 s before the kill, so broker-b holds a
+    consumption from broker-a goes on. The simple group pauses before the kill until broker-b holds a
     backlog of that group's messages that nobody can read while it is down; after `restart("broker-b")`
     (same store) every one of them is consumed, and nothing acknowledged is lost in either group (P1)."""
     names = _fresh(faulty)
@@ -721,8 +729,12 @@ def test_r1_broker_b_killed_sends_move_to_broker_a_and_its_backlog_drains_after_
     async def scenario() -> dict[str, float]:
         async with _Load(faulty.endpoint, names) as load:
             assert await load.flowing(), "the load never got going"
+            paused = time.monotonic()
             load.simple_paused = True
-            await asyncio.sleep(1.5)
+            # A backlog, seen rather than guessed: broker-b stored messages the paused group has not read.
+            assert await load.until(lambda: _unconsumed_on(load, "broker-b", paused) >= 10, timeout=30), (
+                "broker-b stored no backlog of the paused simple group"
+            )
             killed = load.fault("kill-9 broker-b")
             status = await asyncio.to_thread(jvms.kill, "broker-b")
             load.simple_paused = False

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import run, wait_until
+from tests.support import run, until, wait_until
 from thrust._consumption import ListenerExecutor
 
 
@@ -213,8 +213,7 @@ def test_async_listener_runs_on_the_loop_with_a_bound() -> None:
         )
         assert ex.is_async and ex.thread_count == 0
         ex.submit(Item(i) for i in range(20))
-        for _ in range(10):
-            await asyncio.sleep(0)
+        await until(lambda: state["peak"] >= 3, what="three listeners running")
         assert state["peak"] == 3 and ex.in_flight == 3
         assert len(ex._tasks) == 3  # one runner per slot, not one task per message
         release.set()

@@ -91,7 +91,7 @@ def main() -> None:
         while not os.path.exists(cfg["hold_until"]) and time.monotonic() < deadline:
             time.sleep(0.1)
         emit("released", by_file=os.path.exists(cfg["hold_until"]))
-    time.sleep(cfg.get("settle_s", 3))
+    time.sleep(cfg.get("settle_s", 3))  # a negative check, so a fixed span: anything unexpected shows in it
     if cfg.get("crash"):
         # A crash: no shutdown, no NotifyClientTermination; the connections just drop.
         emit("exit", code=0, crashed=True)
