@@ -108,3 +108,49 @@ def test_a_burst_of_results_goes_to_the_ack_batcher_in_one_call() -> None:
         assert sum(finished) == 70
 
     asyncio.run(main())
+
+
+def test_an_ack_answer_wakes_the_flusher_only_when_it_makes_a_batch_due() -> None:
+    """`AckDriver`: an answer that leaves nothing due (the usual case: the next batch is still lingering)
+    costs the flusher no turn; one that frees a key held back by its in-flight limit sends the next batch
+    at once, without waiting for the linger."""
+    import asyncio
+    import time
+
+    from tests.support import until
+    from thrust._core.ack import AckBatch, AckBatcher, AckConfig, AckEntry, AckKey, Outcome, results_for
+    from thrust._core.endpoints import parse_endpoint
+    from thrust._io.batching import AckDriver
+
+    sent: list[int] = []
+    gate: asyncio.Queue[None] = asyncio.Queue()
+
+    async def send(batch: AckBatch) -> list[tuple[AckEntry, Outcome]]:
+        sent.append(len(batch))
+        await gate.get()
+        return results_for(batch, 20000)
+
+    async def main() -> None:
+        finished: list[int] = []
+        config = AckConfig(max_batch=4, linger=3600.0, max_in_flight_batches=1)
+        driver = AckDriver("ack", AckBatcher(config), send, lambda f: finished.append(len(f)))
+        key = AckKey(parse_endpoint("127.0.0.1:8081"), "g", "t")
+        # Two full batches; the in-flight limit lets one go.
+        driver.add_many([(key, AckEntry(f"m{i}", f"h{i}", 1e12)) for i in range(8)], time.monotonic())
+        await until(lambda: sent == [4], what="the first batch sent")
+        assert driver.wakeups == 1
+        gate.put_nowait(None)  # the answer frees the key: the second batch is due now
+        await until(lambda: sent == [4, 4], what="the second batch sent")
+        assert driver.wakeups == 2
+        driver.add(key, AckEntry("m8", "h8", 1e12))  # the key's first pending entry: one wake-up
+        assert driver.wakeups == 3
+        gate.put_nowait(None)  # answered while m8 lingers (an hour): no turn
+        # The answer's fates are reported before it decides whether the flusher is owed a turn.
+        await until(lambda: sum(finished) == 8, what="the second batch's fates")
+        assert sent == [4, 4] and driver.wakeups == 3
+        gate.put_nowait(None)
+        assert await driver.drain(5.0)
+        await driver.close()
+        assert sent == [4, 4, 1] and sum(finished) == 9
+
+    asyncio.run(main())

@@ -10,7 +10,8 @@ turns its answers into tasks. Every driver is a `BatchingDriver`:
     flusher task      -> each turn `_flush(now)` takes and starts what is due (one owned task per request;
                          the linger driver first waits for a slot of the producer's window); then it
                          sleeps until woken or until the batcher's `next_wakeup()`
-    request task      -> sends, feeds the answer back to the batcher, wakes the flusher
+    request task      -> sends, feeds the answer back to the batcher; wakes the flusher only when that
+                         made something due now, else re-arms its timer (a lingering batch costs no turn)
     drain / close     -> everything due now; a bounded wait until the batcher is idle; then the flusher
                          and the requests still running are cancelled and awaited (bounded)
 
@@ -124,6 +125,19 @@ class BatchingDriver(abc.ABC):
         self._timer = None
         self._timer_at = None
         self.wake()
+
+    def _reschedule(self) -> None:
+        """After an answer: a turn only when something is due now (a key its in-flight limit held back, a
+        retry due at once); otherwise the timer for what comes next. A batch lingering when the answer
+        came is already covered by the timer the flusher armed, so most answers cost no turn."""
+        if self._woken:
+            return
+        now = time.monotonic()
+        at = self._next_wakeup()
+        if self._due(now, at):
+            self.wake()
+        elif at is not None:
+            self._arm(at, now)
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         self._tasks.spawn(coro, name)
@@ -254,9 +268,9 @@ class AckDriver(BatchingDriver):
             self.batcher.on_batch_failed(batch, True, time.monotonic())
         else:
             self.batcher.on_results(batch, results, time.monotonic())
-        # The fates at once (they free cache slots); the key's next batches on the flusher's next turn.
+        # The fates at once (they free cache slots); the key's next batches when they are due.
         self._report()
-        self.wake()
+        self._reschedule()
 
     def _report(self) -> None:
         finished = self.batcher.take_finished()
