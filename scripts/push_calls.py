@@ -1,10 +1,11 @@
 """Python function calls per consumed message in a PushConsumer drain, a figure the machine cannot blur.
 
-CPU per message on these machines spreads by ±15 % between runs of the same code; a count of calls does
-not. A `sys.setprofile` / `threading.setprofile` hook counts every Python call on the loop thread and the
-listener threads while a default PushConsumer drains N 1 KiB messages (sent beforehand, not counted) from
-a `thrust serve` child process with one topic of 4 queues. Run it with each install's Python to compare
-two versions (docs/benchmarks.md#two-versions-of-thrust-side-by-side):
+CPU per message on these machines spreads by ±15 % between runs of the same code; a count of calls moves
+by about 1 % (how many acks share an AckMessage depends on timing). A `sys.setprofile` /
+`threading.setprofile` hook counts every Python call on the loop thread and the listener threads while a
+default PushConsumer drains N 1 KiB messages (sent beforehand, not counted) from `thrust serve` in a child
+process (`thrust.testing.ServerProcess`) with one topic of 4 queues. Run it with each install's Python to
+compare two versions (docs/benchmarks.md#two-versions-of-thrust-side-by-side):
 
     ../before/.venv/bin/python scripts/push_calls.py > before.txt
     .venv/bin/python scripts/push_calls.py > after.txt
@@ -19,14 +20,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import os
-import socket
-import subprocess
 import sys
 import threading
 import time
 from types import FrameType
 from typing import Any
+
+import thrust
+from thrust.message import ConsumeResult, ReceivedMessage
+from thrust.testing import ServerProcess
 
 _counts: collections.Counter[tuple[str, str]] = collections.Counter()
 _on = False
@@ -40,18 +42,8 @@ def _hook(frame: FrameType, event: str, arg: Any) -> None:
         _counts[(where, code.co_name)] += 1
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 async def _drain(endpoint: str, n: int) -> float:
     global _on
-    import thrust
-    from thrust.message import ConsumeResult, ReceivedMessage
-
     async with thrust.Producer(endpoints=endpoint, topics=["t"]) as producer:
         for _ in range(0, n, 32):
             await asyncio.gather(
@@ -90,21 +82,8 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=60)
     args = parser.parse_args()
     n = args.messages
-    port = _free_port()
-    # The venv's `thrust` command: older checkouts have no `python -m thrust`.
-    command = os.path.join(os.path.dirname(sys.executable), "thrust")
-    server = subprocess.Popen(
-        [command, "serve", "--port", str(port), "--topic", "t:4", "--group", "g"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        assert server.stdout is not None
-        server.stdout.readline()  # "listening on ..."
-        cpu = asyncio.run(_drain(f"127.0.0.1:{port}", n))
-    finally:
-        server.terminate()
-        server.wait()
+    with ServerProcess(topics=["t:4"], groups=["g"]) as server:
+        cpu = asyncio.run(_drain(server.endpoints[0], n))
     total = sum(_counts.values())
     print(f"calls per message {total / n:.1f} (client CPU under the hook {cpu / n * 1e6:.0f} µs)")
     for (where, name), count in _counts.most_common(args.top):

@@ -126,18 +126,22 @@ class BatchingDriver(abc.ABC):
         self._timer_at = None
         self.wake()
 
+    def _due_now_or_arm(self) -> bool:
+        """True when something is due now; otherwise arm the timer for the next wake-up, if there is one."""
+        now = time.monotonic()
+        at = self._next_wakeup()
+        if self._due(now, at):
+            return True
+        if at is not None:
+            self._arm(at, now)
+        return False
+
     def _reschedule(self) -> None:
         """After an answer: a turn only when something is due now (a key its in-flight limit held back, a
         retry due at once); otherwise the timer for what comes next. A batch lingering when the answer
         came is already covered by the timer the flusher armed, so most answers cost no turn."""
-        if self._woken:
-            return
-        now = time.monotonic()
-        at = self._next_wakeup()
-        if self._due(now, at):
+        if not self._woken and self._due_now_or_arm():
             self.wake()
-        elif at is not None:
-            self._arm(at, now)
 
     def _spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         self._tasks.spawn(coro, name)
@@ -160,14 +164,8 @@ class BatchingDriver(abc.ABC):
             # Cleared before the turn: a wake-up during it (an add while awaiting a slot) means one more.
             self._woken = False
             await self._flush(time.monotonic())
-            if self._woken:
+            if self._woken or self._due_now_or_arm():
                 continue
-            now = time.monotonic()
-            at = self._next_wakeup()
-            if self._due(now, at):
-                continue
-            if at is not None:
-                self._arm(at, now)
             waiter = self._waiter = loop.create_future()
             try:
                 await waiter
