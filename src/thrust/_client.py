@@ -4,29 +4,35 @@ own so that no client imports another's private names."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from thrust._codec import validation
-from thrust.config import ClientConfig
+from thrust.config import ClientConfig, ClientConfigFields
 from thrust.errors import validation_error
 
 __all__ = ["check", "client_config", "join_start"]
 
 
-def client_config(
-    config: ClientConfig | None, endpoints: str | Iterable[str] | None, **kwargs: Any
-) -> ClientConfig:
-    """The `ClientConfig` of a client built with `config=` (the keyword fields given, i.e. not None,
-    replace its own) or with `endpoints=` and those fields; exactly one of the two is required."""
+def client_config(client: str, config: ClientConfig | None, fields: ClientConfigFields) -> ClientConfig:
+    """The `ClientConfig` of a `client` built with `config=` (the keyword fields given, i.e. not None,
+    replace its own) or with `endpoints=` and those fields; exactly one of the two is required.
+
+    The clients take these fields as `**connection: Unpack[ClientConfigFields]`, their one declaration, so
+    a keyword that is none of the client's options lands here: it is refused as Python refuses an unknown
+    keyword, with a TypeError naming it."""
+    unknown = sorted(fields.keys() - ClientConfigFields.__optional_keys__)
+    if unknown:
+        raise TypeError(f"{client}() got an unexpected keyword argument {unknown[0]!r}")
+    given: dict[str, Any] = {k: v for k, v in fields.items() if v is not None}
+    endpoints = given.pop("endpoints", None)
     if config is not None:
         if endpoints is not None:
             raise ValueError("give either config= or endpoints=, not both")
-        changes = {k: v for k, v in kwargs.items() if v is not None}
-        return config.replace(**changes) if changes else config
+        return config.replace(**given) if given else config
     if endpoints is None:
         raise ValueError("endpoints= (or config=) is required")
-    return ClientConfig(endpoints, **{k: v for k, v in kwargs.items() if v is not None})
+    return ClientConfig(endpoints, **given)
 
 
 def check(fn: Callable[..., None], *args: Any, **kwargs: Any) -> None:

@@ -24,7 +24,7 @@ import socket
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 from thrust import errors
 from thrust._client import check, client_config, join_start
@@ -37,7 +37,6 @@ from thrust._core.linger import LingerConfig, estimate_size, lane_for, split_on_
 from thrust._core.routes import QueueSelector
 from thrust._core.send import Refusal, SendPlan, end_transaction_retry_delay
 from thrust._core.settings import PRODUCER_RETRY_POLICY, ClientSettings
-from thrust._instrument import Instrumentation
 from thrust._io.batching import LingerDriver, LingerEntry, own_error
 from thrust._io.rpc import OK_OR_MULTIPLE, status_error
 from thrust._io.session import ClientSession
@@ -45,7 +44,7 @@ from thrust._io.tasks import TaskSet
 from thrust._io.telemetry import TelemetryHandler
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as pb
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as spb
-from thrust.config import ClientConfig, Credentials, TlsConfig
+from thrust.config import ClientConfig, ClientConfigFields
 from thrust.errors import ClientClosedError, ThrustError, ValidationError, validation_error
 from thrust.message import Message, MessageType, ReceivedMessage, SendReceipt, TransactionResolution
 
@@ -125,7 +124,11 @@ class Producer:
     ```
 
     Args:
-        config: a `ClientConfig`; or give its fields directly (`endpoints=`, `namespace=`, ...).
+        config: a `ClientConfig`; or give its fields as keywords instead (`connection`).
+        connection: the fields of a `ClientConfig` (`endpoints=`, `namespace=`, `credentials=`, `tls=`,
+            `request_timeout=`, `keepalive_interval=`, `keepalive_timeout=`, `instrumentation=`;
+            `thrust.config.ClientConfigFields`), which build the client's config; given with `config=`,
+            they replace its fields (`endpoints=` excepted). A keyword given as None is not given.
         topics: topics to prepare at start (routes, sessions); others are prepared on first send.
         max_attempts: send attempts per message including the first (the server's backoff decides delays).
         max_in_flight: at most this many sends (awaited or pipelined) run at once; more wait for a slot.
@@ -159,12 +162,6 @@ class Producer:
         self,
         config: ClientConfig | None = None,
         *,
-        endpoints: str | Iterable[str] | None = None,
-        namespace: str | None = None,
-        credentials: Credentials | None = None,
-        tls: TlsConfig | bool | None = None,
-        request_timeout: float | None = None,
-        instrumentation: Instrumentation | None = None,
         topics: Iterable[str] = (),
         max_attempts: int = 3,
         max_in_flight: int = 1024,
@@ -175,16 +172,9 @@ class Producer:
         batch_linger: float = 0.005,
         batch_max_pending: int = 8192,
         batch_max_pending_bytes: int = 32 << 20,
+        **connection: Unpack[ClientConfigFields],
     ) -> None:
-        self.config = client_config(
-            config,
-            endpoints,
-            namespace=namespace,
-            credentials=credentials,
-            tls=tls,
-            request_timeout=request_timeout,
-            instrumentation=instrumentation,
-        )
+        self.config = client_config("Producer", config, connection)
         if max_attempts < 1:
             raise ValueError("max_attempts must be >= 1")
         if max_in_flight < 1:

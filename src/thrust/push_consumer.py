@@ -43,9 +43,9 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from types import TracebackType
-from typing import TypeAlias
+from typing import TypeAlias, Unpack
 
 from thrust._client import client_config as _config
 from thrust._client import join_start
@@ -55,7 +55,6 @@ from thrust._consumption import ListenerExecutor, is_async_callable
 from thrust._core.ack import AckConfig
 from thrust._core.process_queue import QueueBudget
 from thrust._core.settings import ClientSettings
-from thrust._instrument import Instrumentation
 from thrust._io.session import ClientSession
 from thrust._io.tasks import TaskSet
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as pb
@@ -65,7 +64,7 @@ from thrust._push.receiver import QueueReceiver
 from thrust._push.scanner import AssignmentScanner
 from thrust._push.settler import Settler
 from thrust._push.tracing import traced_invoke
-from thrust.config import ClientConfig, Credentials, TlsConfig
+from thrust.config import ClientConfig, ClientConfigFields
 from thrust.errors import ClientClosedError, ThrustError, validation_error
 from thrust.message import ConsumeResult, FilterExpression, ReceivedMessage
 
@@ -143,7 +142,11 @@ class PushConsumer:
     """Consumes the subscribed topics and pushes every message to `listener`. Native asyncio.
 
     Args:
-        config: a `ClientConfig`; or give its fields directly (`endpoints=`, `namespace=`, ...).
+        config: a `ClientConfig`; or give its fields as keywords instead (`connection`).
+        connection: the fields of a `ClientConfig` (`endpoints=`, `namespace=`, `credentials=`, `tls=`,
+            `request_timeout=`, `keepalive_interval=`, `keepalive_timeout=`, `instrumentation=`;
+            `thrust.config.ClientConfigFields`), which build the client's config; given with `config=`,
+            they replace its fields (`endpoints=` excepted). A keyword given as None is not given.
         group: the consumer group.
         subscriptions: topic -> filter (a tag expression such as `"*"` or `"a||b"`, or a `FilterExpression`);
             a malformed SQL92 filter raises `ValidationError` (ILLEGAL_FILTER_EXPRESSION) before any I/O.
@@ -176,12 +179,6 @@ class PushConsumer:
         self,
         config: ClientConfig | None = None,
         *,
-        endpoints: str | Iterable[str] | None = None,
-        namespace: str | None = None,
-        credentials: Credentials | None = None,
-        tls: TlsConfig | bool | None = None,
-        request_timeout: float | None = None,
-        instrumentation: Instrumentation | None = None,
         group: str,
         subscriptions: Mapping[str, str | FilterExpression],
         listener: Listener,
@@ -196,16 +193,9 @@ class PushConsumer:
         fifo_parallel_groups: bool = False,
         shutdown_grace: float = 10.0,
         scan_interval: float = 5.0,
+        **connection: Unpack[ClientConfigFields],
     ) -> None:
-        self.config = _config(
-            config,
-            endpoints,
-            namespace=namespace,
-            credentials=credentials,
-            tls=tls,
-            request_timeout=request_timeout,
-            instrumentation=instrumentation,
-        )
+        self.config = _config("PushConsumer", config, connection)
         if not subscriptions:
             raise ValueError("subscriptions must name at least one topic")
         filters = {t: FilterExpression.of(f) for t, f in subscriptions.items()}

@@ -20,9 +20,9 @@ import asyncio
 import dataclasses
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from types import TracebackType
-from typing import Any
+from typing import Any, Unpack
 
 from thrust._client import check, client_config, join_start
 from thrust._codec import convert, validation
@@ -32,13 +32,12 @@ from thrust._core.endpoints import Endpoint
 from thrust._core.receive_balancer import ReceiveBalancer
 from thrust._core.routes import RouteQueue
 from thrust._core.settings import ClientSettings, receive_deadline
-from thrust._instrument import Instrumentation
 from thrust._io.rpc import OK_OR_MULTIPLE, status_error
 from thrust._io.session import ClientSession
 from thrust._io.telemetry import TelemetryHandler
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as pb
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as spb
-from thrust.config import ClientConfig, Credentials, TlsConfig
+from thrust.config import ClientConfig, ClientConfigFields
 from thrust.errors import (
     ClientClosedError,
     ForbiddenError,
@@ -91,7 +90,11 @@ class SimpleConsumer:
     ```
 
     Args:
-        config: a `ClientConfig`; or give its fields directly (`endpoints=`, `namespace=`, ...).
+        config: a `ClientConfig`; or give its fields as keywords instead (`connection`).
+        connection: the fields of a `ClientConfig` (`endpoints=`, `namespace=`, `credentials=`, `tls=`,
+            `request_timeout=`, `keepalive_interval=`, `keepalive_timeout=`, `instrumentation=`;
+            `thrust.config.ClientConfigFields`), which build the client's config; given with `config=`,
+            they replace its fields (`endpoints=` excepted). A keyword given as None is not given.
         group: the consumer group.
         subscriptions: topic -> filter: a tag expression string (`"*"`, `"a||b"`) or a `FilterExpression`
             (`FilterExpression.sql("price > 10")`).
@@ -112,26 +115,13 @@ class SimpleConsumer:
         self,
         config: ClientConfig | None = None,
         *,
-        endpoints: str | Iterable[str] | None = None,
-        namespace: str | None = None,
-        credentials: Credentials | None = None,
-        tls: TlsConfig | bool | None = None,
-        request_timeout: float | None = None,
-        instrumentation: Instrumentation | None = None,
         group: str,
         subscriptions: Mapping[str, str | FilterExpression],
         await_duration: float = 20.0,
         invisible_duration: float = 30.0,
+        **connection: Unpack[ClientConfigFields],
     ) -> None:
-        self.config = client_config(
-            config,
-            endpoints,
-            namespace=namespace,
-            credentials=credentials,
-            tls=tls,
-            request_timeout=request_timeout,
-            instrumentation=instrumentation,
-        )
+        self.config = client_config("SimpleConsumer", config, connection)
         check(validation.check_group, group)
         self.group = group
         self._subscriptions: dict[str, FilterExpression] = {}
