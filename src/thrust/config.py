@@ -24,8 +24,12 @@ _FALSE = {"0", "false", "no", "off", ""}
 
 
 class ClientConfigFields(TypedDict, total=False):
-    """`ClientConfig`'s keyword fields, for `ClientConfig.replace(...)` and `ClientConfig.from_env(...)`
-    (so that a type checker checks their names and types there too)."""
+    """`ClientConfig`'s keyword fields, for `ClientConfig.replace(...)`, `ClientConfig.from_env(...)` and
+    the three clients' `**connection` (so that a type checker checks their names and types there too).
+
+    A client given them builds its config from them; given with `config=`, they replace that config's
+    fields (`endpoints=` excepted: give one or the other). A keyword given to a client as None is not
+    given."""
 
     endpoints: str | Iterable[str]
     namespace: str

@@ -125,10 +125,8 @@ class Producer:
 
     Args:
         config: a `ClientConfig`; or give its fields as keywords instead (`connection`).
-        connection: the fields of a `ClientConfig` (`endpoints=`, `namespace=`, `credentials=`, `tls=`,
-            `request_timeout=`, `keepalive_interval=`, `keepalive_timeout=`, `instrumentation=`;
-            `thrust.config.ClientConfigFields`), which build the client's config; given with `config=`,
-            they replace its fields (`endpoints=` excepted). A keyword given as None is not given.
+        connection: `ClientConfig`'s fields as keywords (`endpoints=`, `namespace=`, ...; see
+            `thrust.config.ClientConfigFields`).
         topics: topics to prepare at start (routes, sessions); others are prepared on first send.
         max_attempts: send attempts per message including the first (the server's backoff decides delays).
         max_in_flight: at most this many sends (awaited or pipelined) run at once; more wait for a slot.

@@ -143,10 +143,8 @@ class PushConsumer:
 
     Args:
         config: a `ClientConfig`; or give its fields as keywords instead (`connection`).
-        connection: the fields of a `ClientConfig` (`endpoints=`, `namespace=`, `credentials=`, `tls=`,
-            `request_timeout=`, `keepalive_interval=`, `keepalive_timeout=`, `instrumentation=`;
-            `thrust.config.ClientConfigFields`), which build the client's config; given with `config=`,
-            they replace its fields (`endpoints=` excepted). A keyword given as None is not given.
+        connection: `ClientConfig`'s fields as keywords (`endpoints=`, `namespace=`, ...; see
+            `thrust.config.ClientConfigFields`).
         group: the consumer group.
         subscriptions: topic -> filter (a tag expression such as `"*"` or `"a||b"`, or a `FilterExpression`);
             a malformed SQL92 filter raises `ValidationError` (ILLEGAL_FILTER_EXPRESSION) before any I/O.
