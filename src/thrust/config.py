@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, TypedDict, Unpack, cast
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, Unpack, cast, get_args
 
 from thrust._core.endpoints import Endpoint, parse_endpoint
 
@@ -21,6 +21,9 @@ __all__ = ["ClientConfig", "ClientConfigFields", "Credentials", "TlsConfig"]
 _ENV_PREFIX = "ROCKETMQ_"
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
+
+
+Transport = Literal["auto", "native", "grpcio"]
 
 
 class ClientConfigFields(TypedDict, total=False):
@@ -39,6 +42,7 @@ class ClientConfigFields(TypedDict, total=False):
     keepalive_interval: float
     keepalive_timeout: float
     instrumentation: Instrumentation | None
+    transport: Transport
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -151,6 +155,10 @@ class ClientConfig:
         instrumentation: traces and metrics of the clients built with this config, from
             `thrust.otel.instrument()` (the `otel` extra; docs/observability.md). None, the default, records
             nothing.
+        transport: how the calls travel. "native": the Rust transport of the `thrust-native` package
+            (`pip install 'thrust[native]'`; docs/install.md), several times less CPU per message;
+            "grpcio": grpc.aio; "auto" (the default): `$THRUST_TRANSPORT` when set, else native when it is
+            installed, else grpcio. Each client's `stats()` and `repr()` name the one it uses.
     """
 
     endpoints: str
@@ -161,6 +169,7 @@ class ClientConfig:
     keepalive_interval: float = 300.0
     keepalive_timeout: float = 30.0
     instrumentation: Instrumentation | None = None
+    transport: Transport = "auto"
 
     def __init__(
         self,
@@ -173,6 +182,7 @@ class ClientConfig:
         keepalive_interval: float = 300.0,
         keepalive_timeout: float = 30.0,
         instrumentation: Instrumentation | None = None,
+        transport: Transport = "auto",
     ) -> None:
         s = object.__setattr__
         s(self, "endpoints", _as_endpoints(endpoints))
@@ -193,6 +203,9 @@ class ClientConfig:
         s(self, "keepalive_interval", float(keepalive_interval))
         s(self, "keepalive_timeout", float(keepalive_timeout))
         s(self, "instrumentation", instrumentation)
+        if transport not in get_args(Transport):
+            raise ValueError(f"transport must be one of {', '.join(get_args(Transport))}, not {transport!r}")
+        s(self, "transport", transport)
         # Validate the endpoints now so that a typo fails at construction, not at the first send.
         parse_endpoint(self.endpoints)
 
@@ -257,5 +270,6 @@ class ClientConfig:
             f"ClientConfig(endpoints={self.endpoints!r}, namespace={self.namespace!r}, "
             f"credentials={self.credentials!r}, tls={self.tls!r}, request_timeout={self.request_timeout}, "
             f"keepalive_interval={self.keepalive_interval}, keepalive_timeout={self.keepalive_timeout}"
-            + (f", instrumentation={self.instrumentation!r})" if self.instrumentation is not None else ")")
+            + (f", instrumentation={self.instrumentation!r}" if self.instrumentation is not None else "")
+            + (f", transport={self.transport!r})" if self.transport != "auto" else ")")
         )

@@ -373,13 +373,13 @@ class SimpleConsumer:
             raise
         counters["receives_in_flight"] -= 1
         counters["receives"] += 1
-        self._record(queue, len(result.messages))
-        if not result.messages:
+        good, bad = result.messages, result.corrupted
+        self._record(queue, len(good) + len(bad))
+        if not good and not bad:
             counters["empty_receives"] += 1
             if span is not None:
                 span.end(endpoint, (), None)
             return []
-        good, bad = convert.received_from_pbs(result.messages, endpoint)
         if bad:
             self._release_corrupted(session, endpoint, bad)
         for m in good:

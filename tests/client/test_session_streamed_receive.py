@@ -52,11 +52,11 @@ def test_streamed_receive_hands_each_message_over_in_order() -> None:
                 result = await session.receive(endpoint, request, timeout=10.0, on_message=streamed.append)
                 assert result.code == Code.OK
                 assert result.messages == []  # every message went to the callback
-                ids = [m.system_properties.message_id for m in streamed]
+                ids = [m.message_id for m in streamed]
                 assert ids == sent[:32]  # one batch, in stream (= send) order
                 # Without the callback, the next batch is collected as before.
                 result = await session.receive(endpoint, request, timeout=10.0)
-                assert [m.system_properties.message_id for m in result.messages] == sent[32:]
+                assert [m.message_id for m in result.messages] == sent[32:]
                 # Nothing left: MESSAGE_NOT_FOUND, the callback is never called.
                 more: list[Any] = []
                 result = await session.receive(endpoint, request, timeout=10.0, on_message=more.append)

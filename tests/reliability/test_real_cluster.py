@@ -470,9 +470,10 @@ class _WireTap:
             calls.append(call)
 
             def note(m: object) -> None:
-                handle = m.system_properties.receipt_handle.split(" ")  # type: ignore[attr-defined]
+                handle = m.receipt_handle.split(" ")  # type: ignore[attr-defined]
                 where = " ".join(handle[5:8]) if len(handle) > 7 else "?"
-                seen.append(f"{m.body.split(b'|', 1)[0].decode()}@{where}")  # type: ignore[attr-defined]
+                body = getattr(m, "body", b"<corrupted>")
+                seen.append(f"{body.split(b'|', 1)[0].decode()}@{where}")
 
             def tapped(m: object) -> None:
                 note(m)

@@ -24,6 +24,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
+from thrust._codec.convert import Corrupted, received_from_pb, received_from_pbs
 from thrust._codec.status import Code
 from thrust._core.endpoints import Endpoint
 from thrust._core.settings import receive_after_connect, receive_connect_budget
@@ -44,6 +45,7 @@ from thrust.errors import (
     UnsupportedError,
     error_for_status,
 )
+from thrust.message import ReceivedMessage
 
 __all__ = [
     "OK_ONLY",
@@ -53,8 +55,10 @@ __all__ = [
     "TelemetryCall",
     "channel_options",
     "check_grpc_usable",
+    "decode_one",
     "status_error",
     "translate_grpc_error",
+    "translate_status",
 ]
 
 logger = logging.getLogger("thrust.io")
@@ -256,6 +260,13 @@ def translate_grpc_error(exc: grpc.RpcError, request_id: str | None, what: str) 
     """The ThrustError for a failed gRPC call (transport level: no RocketMQ status came back)."""
     code = exc.code() if isinstance(exc, grpc.aio.AioRpcError) else None
     details = (exc.details() if isinstance(exc, grpc.aio.AioRpcError) else None) or str(exc)
+    return translate_status(code, details, request_id, what)
+
+
+def translate_status(
+    code: grpc.StatusCode | None, details: str, request_id: str | None, what: str
+) -> ThrustError:
+    """The ThrustError for a gRPC status that ended a call (grpcio's or the native transport's)."""
     if code == grpc.StatusCode.CANCELLED:
         # Not this client's doing: grpc.aio reports a call cancelled in this process (`cancel()`, its
         # channel closed, its task cancelled) as asyncio.CancelledError, never as an AioRpcError, and
@@ -331,17 +342,34 @@ def channel_options(
 
 
 class ReceiveResult:
-    """A completed ReceiveMessage stream: its status, raw messages in order, and the delivery timestamp."""
+    """A completed ReceiveMessage stream: its status, the messages decoded in order (`ReceivedMessage`s), the
+    ones that failed their digest or decompression (`Corrupted`, never mixed in), and the delivery
+    timestamp. Both transports decode before a consumer sees a message."""
 
-    __slots__ = ("code", "delivery_timestamp", "message", "messages")
+    __slots__ = ("code", "corrupted", "delivery_timestamp", "message", "messages")
 
     def __init__(
-        self, code: int, message: str, messages: list[Any], delivery_timestamp: float | None
+        self,
+        code: int,
+        message: str,
+        messages: list[ReceivedMessage],
+        corrupted: list[Corrupted],
+        delivery_timestamp: float | None,
     ) -> None:
         self.code = code
         self.message = message
         self.messages = messages
+        self.corrupted = corrupted
         self.delivery_timestamp = delivery_timestamp
+
+
+def decode_one(message: Any, endpoint: Endpoint) -> ReceivedMessage | Corrupted:
+    """One received protobuf `Message` decoded, or the `Corrupted` it is (`RpcClient.receive`'s
+    `on_message` gets either)."""
+    try:
+        return received_from_pb(message, endpoint)
+    except Corrupted as exc:
+        return exc
 
 
 class TelemetryCall:
@@ -544,12 +572,12 @@ class RpcClient:
         MESSAGE_NOT_FOUND is an empty result, not an error. Other non-OK statuses raise.
 
         `on_message`, when given, is called with each message that arrives after an OK status, as it
-        arrives, instead of collecting it into the result: the proxy writes the status first and each
-        message is final once written (docs/protocol.md §6.4), so a consumer may start on the first message
-        while the server is still streaming the rest of the batch (bench scenario 5a: reading 32
-        messages to the end costs several ms). Messages before any status are collected as usual. If
-        the stream then fails, the error is raised as usual; the messages already handed over stay
-        delivered (they are invisible on the broker either way).
+        arrives (decoded: a `ReceivedMessage`, or the `Corrupted` it is), instead of collecting it into the
+        result: the proxy writes the status first and each message is final once written (docs/protocol.md
+        §6.4), so a consumer may start on the first message while the server is still streaming the rest
+        of the batch (bench scenario 5a: reading 32 messages to the end costs several ms). Messages before
+        any status are collected as usual. If the stream then fails, the error is raised as usual; the
+        messages already handed over stay delivered (they are invisible on the broker either way).
 
         A receive on a channel that is not connected waits for the connection (`_connected`) and then,
         within the same budget, for `settings_synced`, set while this client's Telemetry stream to the
@@ -591,7 +619,7 @@ class RpcClient:
                 kind = response.WhichOneof("content")
                 if kind == "message":
                     if on_message is not None and code == Code.OK:
-                        on_message(response.message)
+                        on_message(decode_one(response.message, self.endpoint))
                     else:
                         messages.append(response.message)
                 elif kind == "status":
@@ -616,7 +644,7 @@ class RpcClient:
         finally:
             self._receives.discard(call)
         if code == Code.MESSAGE_NOT_FOUND:
-            return ReceiveResult(code, text, [], delivery)
+            return ReceiveResult(code, text, [], [], delivery)
         if code == -1:
             # No status at all: Java assumes INTERNAL_SERVER_ERROR (docs/protocol.md §6.4); keep messages
             # only if some came (they are already invisible on the broker, dropping them delays them).
@@ -629,7 +657,8 @@ class RpcClient:
             code = Code.OK
         elif code != Code.OK:
             raise error_for_status(code, text, request_id=Metadata.request_id_of(md))
-        return ReceiveResult(code, text, messages, delivery)
+        good, bad = received_from_pbs(messages, self.endpoint)
+        return ReceiveResult(code, text, good, bad, delivery)
 
     def telemetry(self, requests: AsyncIterator[Any]) -> TelemetryCall:
         """Open the bidirectional Telemetry stream fed by `requests`; no deadline (docs/protocol.md §4.1)."""

@@ -6,7 +6,8 @@ stays one class so that no other object holds a piece of that state.
 
 `ClientSession` is one client's connection state:
 
-- one `RpcClient` (grpc.aio channel) per endpoint, created on first use (no I/O);
+- one channel per endpoint, created on first use (no I/O): an `RpcClient` (grpc.aio) or a
+  `NativeRpcClient` (`thrust._io.native`), as the config's transport resolves;
 - one `EndpointSession` per endpoint in `dict[Endpoint, asyncio.Task[EndpointSession]]`: the first caller
   inserts a task that opens the Telemetry stream and waits for the server's Settings answer; later callers
   await the same task (shielded, so a cancelled caller never cancels it); a failed task is removed so that
@@ -40,6 +41,7 @@ from thrust._core.endpoints import Endpoint
 from thrust._core.routes import Isolation, RouteCache, RouteQueue, TopicRoute
 from thrust._core.settings import ClientSettings, ServerSettings, merge
 from thrust._io.metadata import CLIENT_VERSION, Metadata, new_client_id
+from thrust._io.native import NativeHub, NativeRpcClient, Rpc, resolve_transport
 from thrust._io.rpc import OK_ONLY, ReceiveResult, RpcClient
 from thrust._io.telemetry import TelemetryHandler, TelemetryStream
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as pb
@@ -153,7 +155,11 @@ class ClientSession:
         self.settings_version = 0
         self._handler = _Handler(self, handler)
         self._intervals = (heartbeat_interval, settings_sync_interval, route_refresh_interval)
-        self._rpcs: dict[Endpoint, RpcClient] = {}
+        # "native" or "grpcio" (`thrust._io.native.resolve_transport`); the native transport's completions
+        # reach the loop through one hub per session, created with the first channel.
+        self.transport = resolve_transport(config)
+        self._hub: NativeHub | None = None
+        self._rpcs: dict[Endpoint, Rpc] = {}
         self._recovered_at: dict[Endpoint, float] = {}
         self._released_at: dict[Endpoint, float] = {}
         self._releases: dict[Endpoint, asyncio.Task[None]] = {}
@@ -236,12 +242,17 @@ class ClientSession:
 
     # -- channels and sessions -------------------------------------------------------------------
 
-    def rpc(self, endpoint: Endpoint) -> RpcClient:
+    def rpc(self, endpoint: Endpoint) -> Rpc:
         """The channel to `endpoint`, created on first use (no I/O happens here)."""
         client = self._rpcs.get(endpoint)
         if client is None:
             self._check_open()
-            client = RpcClient(endpoint, self.config, self.metadata)
+            if self.transport == "native":
+                if self._hub is None:
+                    self._hub = NativeHub()
+                client = NativeRpcClient(endpoint, self.config, self.metadata, self._hub)
+            else:
+                client = RpcClient(endpoint, self.config, self.metadata)
             self._rpcs[endpoint] = client
         return client
 
@@ -273,7 +284,7 @@ class ClientSession:
                 f"the client closed during the call ({exc})", request_id=exc.request_id
             ) from exc
 
-    def _transport_failed(self, endpoint: Endpoint, client: RpcClient, exc: ThrustError) -> None:
+    def _transport_failed(self, endpoint: Endpoint, client: Rpc, exc: ThrustError) -> None:
         """Count a transport failure of a call on `client`; recover the transport after two in a row."""
         if exc.code is not None or self._closing:
             return  # a RocketMQ status (e.g. PROXY_TIMEOUT) came back: the connection works
@@ -780,6 +791,8 @@ class ClientSession:
         channels = list(self._rpcs.values())
         self._rpcs.clear()
         await asyncio.gather(*(c.close(None) for c in channels), return_exceptions=True)
+        if self._hub is not None:
+            self._hub.close()
         self._sessions.clear()
         self._closed = True
         self._closed_event.set()

@@ -23,7 +23,8 @@ from typing import Any
 from thrust._codec.status import Code
 from thrust._core.backoff import RECONNECT_BACKOFF, Backoff
 from thrust._core.endpoints import Endpoint
-from thrust._io.rpc import RpcClient, TelemetryCall
+from thrust._io.native import NativeTelemetryCall, Rpc
+from thrust._io.rpc import TelemetryCall
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as pb
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as spb
 from thrust.errors import ThrustError, error_for_status
@@ -93,7 +94,7 @@ class TelemetryStream:
     def __init__(
         self,
         endpoint: Endpoint,
-        rpc: Callable[[], RpcClient],
+        rpc: Callable[[], Rpc],
         handler: TelemetryHandler,
         spawn: Callable[[Awaitable[Any], str], asyncio.Task[Any]],
     ) -> None:
@@ -102,7 +103,7 @@ class TelemetryStream:
         self._handler = handler
         self._spawn = spawn
         self._queue: asyncio.Queue[spb.TelemetryCommand | None] | None = None
-        self._call: TelemetryCall | None = None
+        self._call: TelemetryCall | NativeTelemetryCall | None = None
         self._closed = False
         self._reconnect_now = asyncio.Event()
         self._backoff = Backoff(RECONNECT_BACKOFF)

@@ -7,9 +7,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from thrust._codec import convert
+from thrust._codec.convert import Corrupted
 from thrust._consumption import RateLimitedLog
 from thrust._core.fifo import FifoSequencer
 from thrust._core.process_queue import ReceiveTicket
@@ -20,6 +20,18 @@ from thrust._proto.apache.rocketmq.v2 import service_pb2 as spb
 from thrust._push.model import _Delivery, _Queue, logger
 from thrust._push.settler import Submit
 from thrust.errors import ThrustError, TooManyRequestsError
+from thrust.message import ReceivedMessage
+
+
+def _split(items: Sequence[ReceivedMessage | Corrupted]) -> tuple[list[ReceivedMessage], list[Corrupted]]:
+    good: list[ReceivedMessage] = []
+    bad: list[Corrupted] = []
+    for m in items:
+        if isinstance(m, Corrupted):
+            bad.append(m)
+        else:
+            good.append(m)
+    return good, bad
 
 
 class _Stream:
@@ -47,17 +59,20 @@ class _Stream:
         self.queue = queue
         self.ticket = ticket
         # None until the first message was handed over; then the messages that arrived after it.
-        self.held: list[Any] | None = None
+        self.held: list[ReceivedMessage | Corrupted] | None = None
 
-    def arrived(self, raw: Any) -> None:
+    def arrived(self, message: ReceivedMessage | Corrupted) -> None:
         """`RpcClient.receive`'s `on_message`: called on the loop for each message after the OK status."""
         held = self.held
         if held is not None:
-            held.append(raw)
+            held.append(message)
             return
         self.held = []
         try:
-            self.receiver._take(self.queue, self.ticket, (raw,), final=False)
+            if isinstance(message, Corrupted):
+                self.receiver._take(self.queue, self.ticket, (), (message,), final=False)
+            else:
+                self.receiver._take(self.queue, self.ticket, (message,), (), final=False)
         except Exception:  # never break the stream's reader: the message is then left to redelivery
             logger.exception("handing over the first message of a receive from %s failed", self.queue.id)
 
@@ -174,11 +189,13 @@ class QueueReceiver:
             return
         held = stream.held
         if held:
-            held.extend(result.messages)  # (only a stream without any status collects messages there)
-            rest = held
+            # (only a stream without any status collects messages in the result)
+            good, bad = _split(held)
+            good.extend(result.messages)
+            bad.extend(result.corrupted)
         else:
-            rest = result.messages
-        self._take(q, ticket, rest, final=True)
+            good, bad = result.messages, result.corrupted
+        self._take(q, ticket, good, bad, final=True)
 
     def _stream_broke(self, stream: _Stream) -> None:
         """A receive failed or was cancelled after some of its messages arrived. What was handed over stays
@@ -193,13 +210,21 @@ class QueueReceiver:
         q = stream.queue
         if self._closing:
             return
-        self._take(q, stream.ticket, held, final=False)
+        good, bad = _split(held)
+        self._take(q, stream.ticket, good, bad, final=False)
 
-    def _take(self, q: _Queue, ticket: ReceiveTicket, raw: Sequence[Any], *, final: bool) -> None:
-        """Messages of `ticket`'s stream: decode, cache (`on_partial` for a chunk of a stream still open,
+    def _take(
+        self,
+        q: _Queue,
+        ticket: ReceiveTicket,
+        good: Sequence[ReceivedMessage],
+        bad: Sequence[Corrupted],
+        *,
+        final: bool,
+    ) -> None:
+        """Decoded messages of `ticket`'s stream: cache them (`on_partial` for a chunk of a stream still open,
         `on_received` for the rest once it completed), hand the good ones to the listener, settle the
         corrupted ones."""
-        good, bad = convert.received_from_pbs(raw, q.endpoint)
         now = time.monotonic()
         # One pass per chunk: the deliveries carry their body size, which is what the cache counts.
         deliveries = [_Delivery(m, q, now) for m in good]

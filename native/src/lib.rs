@@ -1,0 +1,1059 @@
+//! thrust's native transport: the RocketMQ 5 gRPC calls on tonic and tokio, handed to asyncio in batches.
+//!
+//! The shape (docs/architecture.md, "The native transport"):
+//! - One tokio runtime per process, created on first use; a fork child that uses the transport gets a
+//!   runtime of its own (the parent's threads do not exist there, and its runtime is leaked, never dropped).
+//! - A `Hub` belongs to one asyncio client: completed calls are queued in it, and one byte on a socket pair
+//!   wakes the event loop once for however many completed meanwhile (`Hub::drain`). tokio's threads never
+//!   take the GIL: every Python object is built in `drain`, on the loop's thread.
+//! - A `Channel` is one HTTP/2 connection to one endpoint (tonic, reconnecting on demand), and carries
+//!   every RPC of `apache.rocketmq.v2.MessagingService`: unary calls as serialized bytes both ways (Python
+//!   builds and parses them with its protobuf runtime), ReceiveMessage decoded here (digest check and
+//!   decompression included, off the GIL) into the values `thrust.ReceivedMessage` is built from, and the
+//!   Telemetry stream as bytes.
+//! - A call waits for its connection within a budget the caller gives (nothing was sent while connecting,
+//!   so trying again is safe), as the grpcio transport waits for READY (`thrust._io.rpc.RpcClient`).
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::os::fd::AsRawFd;
+use std::os::unix::net::UnixStream;
+use std::pin::Pin;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes};
+use http::uri::{PathAndQuery, Uri};
+use prost::Message as _;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
+use tokio::runtime::Runtime;
+use tokio::sync::mpsc;
+use tokio::task::AbortHandle;
+use tokio::time::Instant;
+use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
+use tonic::{Code, Status};
+
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+#[allow(clippy::all, dead_code)]
+mod pb {
+    include!(concat!(env!("OUT_DIR"), "/apache.rocketmq.v2.rs"));
+}
+
+const SERVICE: &str = "/apache.rocketmq.v2.MessagingService/";
+/// `thrust._codec.convert.MAX_DECOMPRESSED_SIZE`: a GZIP body may not inflate beyond it.
+const MAX_DECOMPRESSED_SIZE: u64 = 130 * 1024 * 1024;
+/// The proxy's minimum long poll (`thrust._core.settings.MIN_POLLING_SECONDS`).
+const MIN_POLLING_SECONDS: f64 = 5.0;
+
+// -- the runtime ----------------------------------------------------------------------------------------
+
+struct ProcessRuntime {
+    pid: u32,
+    runtime: Arc<Runtime>,
+}
+
+// Only ever locked with the GIL held, so a fork (which Python performs holding the GIL) never copies it
+// locked into the child.
+static RUNTIME: Mutex<Option<ProcessRuntime>> = Mutex::new(None);
+
+fn worker_threads() -> usize {
+    std::env::var("THRUST_NATIVE_THREADS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(1)
+}
+
+fn runtime() -> PyResult<Arc<Runtime>> {
+    let pid = std::process::id();
+    let mut guard = RUNTIME.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(current) = guard.as_ref() {
+        if current.pid == pid {
+            return Ok(current.runtime.clone());
+        }
+    }
+    if let Some(inherited) = guard.take() {
+        // A fork child: the parent's worker threads were not copied, so dropping its runtime would wait
+        // for them forever. Leak it.
+        std::mem::forget(inherited);
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(worker_threads())
+        .thread_name("thrust-native")
+        .enable_all()
+        .build()
+        .map_err(|e| PyRuntimeError::new_err(format!("cannot start the native runtime: {e}")))?;
+    let runtime = Arc::new(runtime);
+    *guard = Some(ProcessRuntime { pid, runtime: runtime.clone() });
+    Ok(runtime)
+}
+
+fn check_same_process(pid: u32, what: &str) -> PyResult<()> {
+    if pid != std::process::id() {
+        return Err(PyRuntimeError::new_err(format!(
+            "this {what} was created in the parent of this forked process and cannot be used here: \
+             create a new client in the child"
+        )));
+    }
+    Ok(())
+}
+
+// -- completions -----------------------------------------------------------------------------------------
+
+/// A failed call: the gRPC code and message, and whether it failed while connecting (nothing was sent).
+struct Failure {
+    code: i32,
+    message: String,
+    connect: bool,
+}
+
+impl Failure {
+    fn from_status(status: &Status) -> Self {
+        Failure { code: status.code() as i32, message: describe(status), connect: is_connect_error(status) }
+    }
+    fn deadline() -> Self {
+        Failure { code: Code::DeadlineExceeded as i32, message: "Deadline Exceeded".into(), connect: false }
+    }
+}
+
+/// One received message, decoded and checked off the GIL.
+struct Decoded {
+    topic: String,
+    body: Bytes,
+    message_id: String,
+    receipt_handle: String,
+    tag: Option<String>,
+    keys: Vec<String>,
+    properties: Vec<(String, String)>,
+    message_group: Option<String>,
+    delivery_attempt: i32,
+    born_timestamp: Option<f64>,
+    store_timestamp: Option<f64>,
+    delivery_timestamp: Option<f64>,
+    born_host: String,
+    queue_id: i32,
+    queue_offset: Option<i64>,
+    message_type: i32,
+    priority: Option<i32>,
+    trace_context: Option<String>,
+    lite_topic: Option<String>,
+    corrupt: Option<String>,
+}
+
+enum Done {
+    Unary { token: u64, result: Result<Bytes, Failure> },
+    Receive {
+        token: u64,
+        code: i32,
+        text: String,
+        delivery: Option<f64>,
+        messages: Vec<Decoded>,
+        failure: Option<Failure>,
+        endpoint: Py<PyAny>,
+    },
+    TelemetryItem { token: u64, data: Bytes },
+    TelemetryEnd { token: u64, failure: Option<Failure> },
+    /// The call was cancelled by its channel's close.
+    Cancelled { token: u64 },
+}
+
+struct HubShared {
+    pid: u32,
+    queue: Mutex<Vec<Done>>,
+    notified: AtomicBool,
+    closed: AtomicBool,
+    writer: UnixStream,
+    reader: UnixStream,
+}
+
+impl HubShared {
+    fn push(&self, done: Done) {
+        if self.closed.load(Ordering::Acquire) {
+            return;
+        }
+        self.queue.lock().unwrap_or_else(|e| e.into_inner()).push(done);
+        // One byte per wake-up, not per completion: `drain` clears `notified` before it takes the queue.
+        if !self.notified.swap(true, Ordering::AcqRel) {
+            let _ = (&self.writer).write(&[1]);
+        }
+    }
+}
+
+/// The Python values a hub builds received messages with (`thrust._io.native` passes them once).
+struct Factory {
+    received: Py<PyAny>,
+    corrupted: Py<PyAny>,
+    message_types: Py<PyDict>,
+    normal: Py<PyAny>,
+    mapping_proxy: Py<PyAny>,
+    empty: Py<PyAny>,
+}
+
+/// Completed calls of one asyncio client, and the socket whose readability says there are some.
+#[pyclass(frozen, module = "thrust_native")]
+struct Hub {
+    shared: Arc<HubShared>,
+    factory: Factory,
+    runtime: Arc<Runtime>,
+}
+
+#[pymethods]
+impl Hub {
+    #[new]
+    fn new(
+        received: Py<PyAny>,
+        corrupted: Py<PyAny>,
+        message_types: Py<PyDict>,
+        normal: Py<PyAny>,
+        mapping_proxy: Py<PyAny>,
+        empty: Py<PyAny>,
+    ) -> PyResult<Self> {
+        let (reader, writer) = UnixStream::pair()?;
+        reader.set_nonblocking(true)?;
+        writer.set_nonblocking(true)?;
+        Ok(Hub {
+            shared: Arc::new(HubShared {
+                pid: std::process::id(),
+                queue: Mutex::new(Vec::new()),
+                notified: AtomicBool::new(false),
+                closed: AtomicBool::new(false),
+                writer,
+                reader,
+            }),
+            factory: Factory { received, corrupted, message_types, normal, mapping_proxy, empty },
+            runtime: runtime()?,
+        })
+    }
+
+    /// The file descriptor the event loop watches (`loop.add_reader`).
+    fn fileno(&self) -> i32 {
+        self.shared.reader.as_raw_fd()
+    }
+
+    /// Every completion queued since the last drain, as `(token, kind, payload)` tuples:
+    /// kind 0 a unary response (bytes), 1 a unary failure `(code, message, connect)`, 2 a finished
+    /// ReceiveMessage `(status code, status message, delivery timestamp, messages, corrupted, failure or
+    /// None)`,
+    /// 3 a Telemetry command (bytes), 4 the Telemetry stream's end (failure or None), 5 the call was
+    /// cancelled by its channel's close (None).
+    fn drain<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let shared = &self.shared;
+        check_same_process(shared.pid, "client")?;
+        shared.notified.store(false, Ordering::Release);
+        let mut scratch = [0u8; 64];
+        while let Ok(n) = (&shared.reader).read(&mut scratch) {
+            if n < scratch.len() {
+                break;
+            }
+        }
+        let items = std::mem::take(&mut *shared.queue.lock().unwrap_or_else(|e| e.into_inner()));
+        let out = PyList::empty(py);
+        for item in items {
+            let tuple = match item {
+                Done::Unary { token, result: Ok(data) } => {
+                    (token, 0u8, PyBytes::new(py, &data).into_any()).into_pyobject(py)?
+                }
+                Done::Unary { token, result: Err(f) } => (token, 1u8, failure_py(py, &f)?).into_pyobject(py)?,
+                Done::Receive { token, code, text, delivery, messages, failure, endpoint } => {
+                    let good = PyList::empty(py);
+                    let bad = PyList::empty(py);
+                    for m in messages {
+                        if m.corrupt.is_some() {
+                            bad.append(self.build(py, m, &endpoint)?)?;
+                        } else {
+                            good.append(self.build(py, m, &endpoint)?)?;
+                        }
+                    }
+                    let failure = match failure {
+                        Some(f) => failure_py(py, &f)?,
+                        None => py.None().into_bound(py),
+                    };
+                    let payload = (code, text, delivery, good, bad, failure).into_pyobject(py)?;
+                    (token, 2u8, payload.into_any()).into_pyobject(py)?
+                }
+                Done::TelemetryItem { token, data } => {
+                    (token, 3u8, PyBytes::new(py, &data).into_any()).into_pyobject(py)?
+                }
+                Done::Cancelled { token } => (token, 5u8, py.None().into_bound(py)).into_pyobject(py)?,
+                Done::TelemetryEnd { token, failure } => {
+                    let failure = match failure {
+                        Some(f) => failure_py(py, &f)?,
+                        None => py.None().into_bound(py),
+                    };
+                    (token, 4u8, failure).into_pyobject(py)?
+                }
+            };
+            out.append(tuple)?;
+        }
+        Ok(out)
+    }
+
+    /// Stop taking completions (the client closed); idempotent.
+    fn close(&self) {
+        self.shared.closed.store(true, Ordering::Release);
+        self.shared.queue.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+}
+
+fn failure_py<'py>(py: Python<'py>, f: &Failure) -> PyResult<Bound<'py, PyAny>> {
+    Ok((f.code, f.message.as_str(), f.connect).into_pyobject(py)?.into_any())
+}
+
+impl Hub {
+    /// A `thrust.ReceivedMessage` (or a `Corrupted`) from a decoded message. The slots are set as the
+    /// class's `__init__` sets them, without running it: `object.__setattr__` is what it calls.
+    fn build<'py>(&self, py: Python<'py>, m: Decoded, endpoint: &Py<PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let f = &self.factory;
+        if let Some(reason) = m.corrupt {
+            return f.corrupted.bind(py).call1((m.message_id, m.topic, m.receipt_handle, reason));
+        }
+        let cls = f.received.bind(py);
+        let obj = cls.call_method1(pyo3::intern!(py, "__new__"), (cls,))?;
+        let properties = if m.properties.is_empty() {
+            f.empty.bind(py).clone()
+        } else {
+            let d = PyDict::new(py);
+            for (k, v) in m.properties {
+                d.set_item(k, v)?;
+            }
+            f.mapping_proxy.bind(py).call1((d,))?
+        };
+        let message_type = match f.message_types.bind(py).get_item(m.message_type)? {
+            Some(t) => t,
+            None => f.normal.bind(py).clone(),
+        };
+        let keys = PyTuple::new(py, m.keys)?;
+        let set = |name: &Bound<'py, pyo3::types::PyString>, value: Bound<'py, PyAny>| -> PyResult<()> {
+            // SAFETY: three valid object pointers; the call borrows them.
+            let rc = unsafe { pyo3::ffi::PyObject_GenericSetAttr(obj.as_ptr(), name.as_ptr(), value.as_ptr()) };
+            if rc != 0 {
+                return Err(PyErr::fetch(py));
+            }
+            Ok(())
+        };
+        set(pyo3::intern!(py, "topic"), m.topic.into_pyobject(py)?.into_any())?;
+        set(pyo3::intern!(py, "body"), PyBytes::new(py, &m.body).into_any())?;
+        set(pyo3::intern!(py, "message_id"), m.message_id.into_pyobject(py)?.into_any())?;
+        set(pyo3::intern!(py, "_receipt_handle"), m.receipt_handle.into_pyobject(py)?.into_any())?;
+        set(pyo3::intern!(py, "tag"), m.tag.into_pyobject(py)?.into_any())?;
+        set(pyo3::intern!(py, "keys"), keys.into_any())?;
+        set(pyo3::intern!(py, "properties"), properties)?;
+        set(pyo3::intern!(py, "message_group"), m.message_group.into_pyobject(py)?.into_any())?;
+        set(pyo3::intern!(py, "delivery_attempt"), m.delivery_attempt.into_pyobject(py)?.into_any())?;
+        set(pyo3::intern!(py, "born_timestamp"), m.born_timestamp.into_pyobject(py)?.into_any())?;
+        set(pyo3::intern!(py, "store_timestamp"), m.store_timestamp.into_pyobject(py)?.into_any())?;
+        set(pyo3::intern!(py, "delivery_timestamp"), m.delivery_timestamp.into_pyobject(py)?.into_any())?;
+        set(pyo3::intern!(py, "born_host"), m.born_host.into_pyobject(py)?.into_any())?;
+        set(pyo3::intern!(py, "queue_id"), m.queue_id.into_pyobject(py)?.into_any())?;
+        set(pyo3::intern!(py, "queue_offset"), m.queue_offset.into_pyobject(py)?.into_any())?;
+        set(pyo3::intern!(py, "message_type"), message_type)?;
+        set(pyo3::intern!(py, "priority"), m.priority.into_pyobject(py)?.into_any())?;
+        set(pyo3::intern!(py, "trace_context"), m.trace_context.into_pyobject(py)?.into_any())?;
+        set(pyo3::intern!(py, "_endpoint"), endpoint.bind(py).clone())?;
+        set(pyo3::intern!(py, "_settler"), py.None().into_bound(py))?;
+        if cls.hasattr(pyo3::intern!(py, "lite_topic"))? {
+            set(pyo3::intern!(py, "lite_topic"), m.lite_topic.into_pyobject(py)?.into_any())?;
+        }
+        Ok(obj)
+    }
+}
+
+// -- decoding a received message ---------------------------------------------------------------------------
+
+fn seconds(ts: &Option<prost_types::Timestamp>) -> Option<f64> {
+    ts.as_ref().map(|t| t.seconds as f64 + t.nanos as f64 / 1e9)
+}
+
+fn hex_upper(digest: &[u8]) -> String {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let mut s = String::with_capacity(digest.len() * 2);
+    for b in digest {
+        s.push(HEX[(b >> 4) as usize] as char);
+        s.push(HEX[(b & 15) as usize] as char);
+    }
+    s
+}
+
+/// `thrust._codec.digest.verify_digest`: hex case ignored; a CRC32 may carry leading zeros; a type this
+/// client does not know cannot be vouched for.
+fn digest_ok(kind: i32, body: &[u8], checksum: &str) -> bool {
+    use md5::Digest as _;
+    match kind {
+        1 => {
+            if checksum.is_empty() || !checksum.bytes().all(|b| b.is_ascii_hexdigit()) {
+                return false;
+            }
+            let trimmed = checksum.trim_start_matches('0');
+            if trimmed.len() > 8 {
+                return false;
+            }
+            let value = if trimmed.is_empty() { Ok(0) } else { u32::from_str_radix(trimmed, 16) };
+            value == Ok(crc32fast::hash(body))
+        }
+        2 => checksum.is_ascii() && hex_upper(&md5::Md5::digest(body)).eq_ignore_ascii_case(checksum),
+        3 => checksum.is_ascii() && hex_upper(&sha1::Sha1::digest(body)).eq_ignore_ascii_case(checksum),
+        _ => false,
+    }
+}
+
+/// `thrust._codec.digest.gzip_decode`: a zlib stream (what the Java client writes) or gzip members, at most
+/// `max` bytes out, nothing after the stream.
+fn gzip_decode(data: &[u8], max: u64) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    if data.starts_with(&[0x1f, 0x8b]) {
+        let mut decoder = flate2::read::MultiGzDecoder::new(data).take(max + 1);
+        decoder.read_to_end(&mut out).map_err(|e| format!("corrupt compressed body: {e}"))?;
+    } else {
+        let mut decoder = flate2::read::ZlibDecoder::new(data);
+        (&mut decoder).take(max + 1).read_to_end(&mut out).map_err(|e| format!("corrupt compressed body: {e}"))?;
+        if out.len() as u64 <= max && (decoder.total_in() as usize) < data.len() {
+            return Err("corrupt compressed body: trailing data after the zlib stream".into());
+        }
+    }
+    if out.len() as u64 > max {
+        return Err(format!("decompressed body exceeds {max} bytes"));
+    }
+    Ok(out)
+}
+
+fn decode_message(m: pb::Message) -> Decoded {
+    let sp = m.system_properties.unwrap_or_default();
+    let topic = m.topic.map(|t| t.name).unwrap_or_default();
+    let mut body = m.body;
+    let mut corrupt = None;
+    if let Some(digest) = &sp.body_digest {
+        if digest.r#type != 0 && !digest_ok(digest.r#type, &body, &digest.checksum) {
+            corrupt = Some("body digest mismatch".to_string());
+        }
+    }
+    if corrupt.is_none() && sp.body_encoding == pb::Encoding::Gzip as i32 {
+        match gzip_decode(&body, MAX_DECOMPRESSED_SIZE) {
+            Ok(plain) => body = Bytes::from(plain),
+            Err(e) => corrupt = Some(format!("gzip: {e}")),
+        }
+    }
+    let mut properties: Vec<(String, String)> = m.user_properties.into_iter().collect();
+    properties.sort_unstable();
+    Decoded {
+        topic,
+        body,
+        message_id: sp.message_id,
+        receipt_handle: sp.receipt_handle.unwrap_or_default(),
+        tag: sp.tag,
+        keys: sp.keys,
+        properties,
+        message_group: sp.message_group,
+        delivery_attempt: sp.delivery_attempt.unwrap_or(1),
+        born_timestamp: seconds(&sp.born_timestamp),
+        store_timestamp: seconds(&sp.store_timestamp),
+        delivery_timestamp: seconds(&sp.delivery_timestamp),
+        born_host: sp.born_host,
+        queue_id: sp.queue_id,
+        queue_offset: sp.queue_offset,
+        message_type: sp.message_type,
+        priority: sp.priority,
+        trace_context: sp.trace_context,
+        lite_topic: sp.lite_topic,
+        corrupt,
+    }
+}
+
+// -- codecs --------------------------------------------------------------------------------------------------
+
+/// Requests go out as the bytes Python serialized; `D` says how a response is read.
+struct WireCodec<D>(std::marker::PhantomData<D>);
+
+impl<D> Default for WireCodec<D> {
+    fn default() -> Self {
+        WireCodec(std::marker::PhantomData)
+    }
+}
+
+struct RawEncoder;
+
+impl Encoder for RawEncoder {
+    type Item = Bytes;
+    type Error = Status;
+    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        dst.put(item);
+        Ok(())
+    }
+}
+
+struct RawDecoder;
+
+impl Decoder for RawDecoder {
+    type Item = Bytes;
+    type Error = Status;
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, Status> {
+        let n = src.remaining();
+        Ok(Some(src.copy_to_bytes(n)))
+    }
+}
+
+struct ReceiveDecoder;
+
+impl Decoder for ReceiveDecoder {
+    type Item = pb::ReceiveMessageResponse;
+    type Error = Status;
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Self::Item>, Status> {
+        pb::ReceiveMessageResponse::decode(src)
+            .map(Some)
+            .map_err(|e| Status::internal(format!("undecodable ReceiveMessageResponse: {e}")))
+    }
+}
+
+impl Codec for WireCodec<Bytes> {
+    type Encode = Bytes;
+    type Decode = Bytes;
+    type Encoder = RawEncoder;
+    type Decoder = RawDecoder;
+    fn encoder(&mut self) -> RawEncoder {
+        RawEncoder
+    }
+    fn decoder(&mut self) -> RawDecoder {
+        RawDecoder
+    }
+}
+
+impl Codec for WireCodec<pb::ReceiveMessageResponse> {
+    type Encode = Bytes;
+    type Decode = pb::ReceiveMessageResponse;
+    type Encoder = RawEncoder;
+    type Decoder = ReceiveDecoder;
+    fn encoder(&mut self) -> RawEncoder {
+        RawEncoder
+    }
+    fn decoder(&mut self) -> ReceiveDecoder {
+        ReceiveDecoder
+    }
+}
+
+// -- connecting ----------------------------------------------------------------------------------------------
+
+/// Connects to the endpoint's addresses in order, the first that answers (gRPC's pick_first); a `dns:`
+/// endpoint is resolved at each connection.
+#[derive(Clone)]
+struct Connector {
+    addresses: Arc<Vec<(String, u16)>>,
+    resolve: bool,
+}
+
+impl tower_service::Service<Uri> for Connector {
+    type Response = hyper_util::rt::TokioIo<tokio::net::TcpStream>;
+    type Error = std::io::Error;
+    type Future = Pin<Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, _uri: Uri) -> Self::Future {
+        let addresses = self.addresses.clone();
+        let resolve = self.resolve;
+        Box::pin(async move {
+            let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, "no address to connect to");
+            for (host, port) in addresses.iter() {
+                let targets: Vec<SocketAddr> = if resolve {
+                    match tokio::net::lookup_host((host.as_str(), *port)).await {
+                        Ok(found) => found.collect(),
+                        Err(e) => {
+                            last = e;
+                            continue;
+                        }
+                    }
+                } else {
+                    match (host.as_str(), *port).to_socket_addrs() {
+                        Ok(found) => found.collect(),
+                        Err(e) => {
+                            last = e;
+                            continue;
+                        }
+                    }
+                };
+                for target in targets {
+                    match tokio::net::TcpStream::connect(target).await {
+                        Ok(stream) => {
+                            let _ = stream.set_nodelay(true);
+                            return Ok(hyper_util::rt::TokioIo::new(stream));
+                        }
+                        Err(e) => last = e,
+                    }
+                }
+            }
+            Err(last)
+        })
+    }
+}
+
+fn is_connect_error(status: &Status) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
+    while let Some(err) = source {
+        if err.is::<tonic::ConnectError>() {
+            return true;
+        }
+        source = err.source();
+    }
+    false
+}
+
+/// The status message with the causes a transport error carries ("transport error" alone says nothing).
+fn describe(status: &Status) -> String {
+    let mut text = status.message().to_string();
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
+    while let Some(err) = source {
+        let part = err.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        source = err.source();
+    }
+    text
+}
+
+// -- the channel -------------------------------------------------------------------------------------------
+
+const STATE_IDLE: u8 = 0;
+const STATE_READY: u8 = 1;
+const STATE_FAILING: u8 = 2;
+
+struct ChannelShared {
+    channel: tonic::transport::Channel,
+    hub: Arc<HubShared>,
+    calls: Mutex<HashMap<u64, AbortHandle>>,
+    closed: AtomicBool,
+    state: AtomicU8,
+    started: AtomicU64,
+}
+
+impl ChannelShared {
+    fn grpc(&self) -> tonic::client::Grpc<tonic::transport::Channel> {
+        tonic::client::Grpc::new(self.channel.clone())
+            .max_decoding_message_size(usize::MAX)
+            .max_encoding_message_size(usize::MAX)
+    }
+
+    fn reached(&self, outcome: &Result<(), &Status>) {
+        let state = match outcome {
+            Ok(()) => STATE_READY,
+            Err(status) if is_connect_error(status) => STATE_FAILING,
+            Err(status) if status.code() == Code::Unavailable => STATE_FAILING,
+            Err(_) => STATE_READY,
+        };
+        self.state.store(state, Ordering::Release);
+    }
+
+    fn finished(&self, token: u64) {
+        self.calls.lock().unwrap_or_else(|e| e.into_inner()).remove(&token);
+    }
+}
+
+fn backoff(attempt: u32) -> Duration {
+    Duration::from_millis((50u64 << attempt.min(5)).min(1000))
+}
+
+fn metadata_map(pairs: Vec<(String, String)>) -> PyResult<MetadataMap> {
+    let mut md = MetadataMap::with_capacity(pairs.len());
+    for (k, v) in pairs {
+        let key = MetadataKey::from_bytes(k.as_bytes())
+            .map_err(|_| PyValueError::new_err(format!("invalid metadata key {k:?}")))?;
+        let value = MetadataValue::try_from(v.as_str())
+            .map_err(|_| PyValueError::new_err(format!("invalid metadata value for {k:?}")))?;
+        md.insert(key, value);
+    }
+    Ok(md)
+}
+
+fn path_of(rpc: &str) -> PyResult<PathAndQuery> {
+    PathAndQuery::from_str(&format!("{SERVICE}{rpc}")).map_err(|_| PyValueError::new_err(format!("invalid rpc {rpc:?}")))
+}
+
+/// Whether to try again a call that failed connecting: while the budget lasts, after a short pause.
+async fn pause_before_retry(started: Instant, budget: Duration, attempt: u32) -> bool {
+    let pause = backoff(attempt);
+    if started.elapsed() + pause > budget {
+        return false;
+    }
+    tokio::time::sleep(pause).await;
+    true
+}
+
+/// One ReceiveMessage request shortened after waiting for the connection
+/// (`thrust._core.settings.receive_after_connect`): the deadline is what is left, and the long poll keeps
+/// the slack the deadline had beyond it, never below the proxy's minimum.
+fn shortened_receive(request: &Bytes, timeout: f64, waited: f64) -> Option<Bytes> {
+    let mut parsed = pb::ReceiveMessageRequest::decode(request.clone()).ok()?;
+    let poll = parsed.long_polling_timeout.as_ref().map(|d| d.seconds as f64 + d.nanos as f64 / 1e9)?;
+    let remaining = timeout - waited;
+    let slack = timeout - poll.max(MIN_POLLING_SECONDS);
+    let poll = MIN_POLLING_SECONDS.max(poll.min(remaining - slack));
+    let nanos = (poll * 1e9).round() as i64;
+    parsed.long_polling_timeout =
+        Some(prost_types::Duration { seconds: nanos / 1_000_000_000, nanos: (nanos % 1_000_000_000) as i32 });
+    Some(Bytes::from(parsed.encode_to_vec()))
+}
+
+/// One HTTP/2 connection to one endpoint, and the calls on it.
+#[pyclass(frozen, module = "thrust_native")]
+struct Channel {
+    shared: Arc<ChannelShared>,
+    runtime: Arc<Runtime>,
+    pid: u32,
+}
+
+#[pymethods]
+impl Channel {
+    /// `addresses` are (host, port) pairs tried in order; `resolve` for a `dns:` endpoint. `tls` is None
+    /// for plaintext, else (root PEM or None for the system roots, client key PEM, client chain PEM,
+    /// server name override).
+    #[new]
+    #[pyo3(signature = (hub, addresses, resolve, tls, keepalive_interval, keepalive_timeout))]
+    fn new(
+        hub: &Hub,
+        addresses: Vec<(String, u16)>,
+        resolve: bool,
+        tls: Option<(Option<Vec<u8>>, Option<Vec<u8>>, Option<Vec<u8>>, Option<String>)>,
+        keepalive_interval: f64,
+        keepalive_timeout: f64,
+    ) -> PyResult<Self> {
+        check_same_process(hub.shared.pid, "client")?;
+        let (host, port) = addresses.first().cloned().ok_or_else(|| PyValueError::new_err("no address"))?;
+        let authority = if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let mut endpoint = Endpoint::from_shared(format!("{scheme}://{authority}"))
+            .map_err(|e| PyValueError::new_err(format!("invalid endpoint {authority}: {e}")))?
+            .http2_keep_alive_interval(Duration::from_secs_f64(keepalive_interval.max(0.1)))
+            .keep_alive_timeout(Duration::from_secs_f64(keepalive_timeout.max(0.1)))
+            .keep_alive_while_idle(true)
+            .connect_timeout(Duration::from_secs(3))
+            // HTTP/2's default 64 KiB windows stall a consumer's several receives of 32 x 1 KiB in flight.
+            .initial_stream_window_size(4 * 1024 * 1024)
+            .initial_connection_window_size(16 * 1024 * 1024);
+        if let Some((root, key, chain, server_name)) = tls {
+            let mut config = ClientTlsConfig::new();
+            config = match root {
+                Some(pem) => config.ca_certificate(Certificate::from_pem(pem)),
+                None => config.with_native_roots(),
+            };
+            if let (Some(key), Some(chain)) = (key, chain) {
+                config = config.identity(Identity::from_pem(chain, key));
+            }
+            let name = server_name.unwrap_or_else(|| host.clone());
+            if let Ok(origin) = Uri::from_str(&format!("https://{name}:{port}")) {
+                endpoint = endpoint.origin(origin);
+            }
+            config = config.domain_name(name);
+            endpoint = endpoint
+                .tls_config(config)
+                .map_err(|e| PyValueError::new_err(format!("TLS configuration refused: {e}")))?;
+        }
+        let runtime = hub.runtime.clone();
+        let connector = Connector { addresses: Arc::new(addresses), resolve };
+        let channel = {
+            let _guard = runtime.enter();
+            endpoint.connect_with_connector_lazy(connector)
+        };
+        Ok(Channel {
+            shared: Arc::new(ChannelShared {
+                channel,
+                hub: hub.shared.clone(),
+                calls: Mutex::new(HashMap::new()),
+                closed: AtomicBool::new(false),
+                state: AtomicU8::new(STATE_IDLE),
+                started: AtomicU64::new(0),
+            }),
+            runtime,
+            pid: std::process::id(),
+        })
+    }
+
+    /// 0 idle (nothing reached the server yet), 1 ready (the last call reached it), 2 failing (the last
+    /// call could not connect or the connection broke).
+    fn state(&self) -> u8 {
+        self.shared.state.load(Ordering::Acquire)
+    }
+
+    /// How many calls this channel started (diagnostics and tests).
+    fn calls_started(&self) -> u64 {
+        self.shared.started.load(Ordering::Relaxed)
+    }
+
+    /// Start unary `rpc`; its completion comes through the hub under `token`. The call first waits up to
+    /// `connect_budget` seconds for a connection, and the whole takes at most `timeout` seconds.
+    fn unary(
+        &self,
+        token: u64,
+        rpc: &str,
+        request: &[u8],
+        metadata: Vec<(String, String)>,
+        timeout: f64,
+        connect_budget: f64,
+    ) -> PyResult<()> {
+        self.check_open()?;
+        let path = path_of(rpc)?;
+        let md = metadata_map(metadata)?;
+        let request = Bytes::copy_from_slice(request);
+        let shared = self.shared.clone();
+        let timeout = Duration::from_secs_f64(timeout.max(0.0));
+        let budget = Duration::from_secs_f64(connect_budget.max(0.0));
+        self.spawn(token, async move {
+            let started = Instant::now();
+            let deadline = started + timeout;
+            let mut attempt = 0;
+            let result = loop {
+                let mut grpc = shared.grpc();
+                let mut req = tonic::Request::from_parts(md.clone(), Default::default(), request.clone());
+                req.set_timeout(deadline.saturating_duration_since(Instant::now()));
+                let call = async {
+                    grpc.ready().await.map_err(|e| Status::unavailable(e.to_string()))?;
+                    grpc.unary(req, path.clone(), WireCodec::<Bytes>::default()).await
+                };
+                match tokio::time::timeout_at(deadline, call).await {
+                    Err(_) => break Err(Failure::deadline()),
+                    Ok(Ok(response)) => {
+                        shared.reached(&Ok(()));
+                        break Ok(response.into_inner());
+                    }
+                    Ok(Err(status)) => {
+                        shared.reached(&Err(&status));
+                        if is_connect_error(&status) && pause_before_retry(started, budget, attempt).await {
+                            attempt += 1;
+                            continue;
+                        }
+                        break Err(Failure::from_status(&status));
+                    }
+                }
+            };
+            shared.finished(token);
+            shared.hub.push(Done::Unary { token, result });
+        });
+        Ok(())
+    }
+
+    /// Start one ReceiveMessage; it completes (through the hub) when the stream ends, with every message
+    /// it brought decoded, and the failure if it broke.
+    #[allow(clippy::too_many_arguments)]
+    fn receive(
+        &self,
+        py: Python<'_>,
+        token: u64,
+        request: &[u8],
+        metadata: Vec<(String, String)>,
+        timeout: f64,
+        connect_budget: f64,
+        endpoint: Py<PyAny>,
+    ) -> PyResult<()> {
+        self.check_open()?;
+        let _ = py;
+        let path = path_of("ReceiveMessage")?;
+        let md = metadata_map(metadata)?;
+        let original = Bytes::copy_from_slice(request);
+        let shared = self.shared.clone();
+        let total = timeout.max(0.0);
+        let budget = Duration::from_secs_f64(connect_budget.max(0.0));
+        self.spawn(token, async move {
+            let started = Instant::now();
+            let deadline = started + Duration::from_secs_f64(total);
+            let mut attempt = 0;
+            let mut request = original.clone();
+            let mut code = -1;
+            let mut text = String::new();
+            let mut delivery = None;
+            let mut messages = Vec::new();
+            let failure = 'call: loop {
+                let mut grpc = shared.grpc();
+                let mut req = tonic::Request::from_parts(md.clone(), Default::default(), request.clone());
+                req.set_timeout(deadline.saturating_duration_since(Instant::now()));
+                let open = async {
+                    grpc.ready().await.map_err(|e| Status::unavailable(e.to_string()))?;
+                    grpc.server_streaming(req, path.clone(), WireCodec::<pb::ReceiveMessageResponse>::default()).await
+                };
+                let mut stream = match tokio::time::timeout_at(deadline, open).await {
+                    Err(_) => break Some(Failure::deadline()),
+                    Ok(Err(status)) => {
+                        shared.reached(&Err(&status));
+                        if is_connect_error(&status) && pause_before_retry(started, budget, attempt).await {
+                            attempt += 1;
+                            let waited = started.elapsed().as_secs_f64();
+                            if let Some(shorter) = shortened_receive(&original, total, waited) {
+                                request = shorter;
+                            }
+                            continue;
+                        }
+                        break Some(Failure::from_status(&status));
+                    }
+                    Ok(Ok(response)) => {
+                        shared.reached(&Ok(()));
+                        response.into_inner()
+                    }
+                };
+                loop {
+                    match tokio::time::timeout_at(deadline, stream.message()).await {
+                        Err(_) => break 'call Some(Failure::deadline()),
+                        Ok(Ok(Some(item))) => match item.content {
+                            Some(pb::receive_message_response::Content::Status(status)) => {
+                                code = status.code;
+                                text = status.message;
+                            }
+                            Some(pb::receive_message_response::Content::Message(message)) => {
+                                messages.push(decode_message(message));
+                            }
+                            Some(pb::receive_message_response::Content::DeliveryTimestamp(ts)) => {
+                                delivery = seconds(&Some(ts));
+                            }
+                            None => {}
+                        },
+                        Ok(Ok(None)) => break 'call None,
+                        Ok(Err(status)) => {
+                            shared.reached(&Err(&status));
+                            break 'call Some(Failure::from_status(&status));
+                        }
+                    }
+                }
+            };
+            shared.finished(token);
+            shared.hub.push(Done::Receive { token, code, text, delivery, messages, failure, endpoint });
+        });
+        Ok(())
+    }
+
+    /// Open the Telemetry stream; commands come through the hub under `token` (kind 3), its end as kind 4.
+    fn telemetry(&self, token: u64, metadata: Vec<(String, String)>) -> PyResult<TelemetryWriter> {
+        self.check_open()?;
+        let path = path_of("Telemetry")?;
+        let md = metadata_map(metadata)?;
+        let (tx, rx) = mpsc::unbounded_channel::<Bytes>();
+        let shared = self.shared.clone();
+        self.spawn(token, async move {
+            let mut grpc = shared.grpc();
+            let req = tonic::Request::from_parts(
+                md,
+                Default::default(),
+                tokio_stream::wrappers::UnboundedReceiverStream::new(rx),
+            );
+            let outcome = async {
+                grpc.ready().await.map_err(|e| Status::unavailable(e.to_string()))?;
+                let mut stream = grpc.streaming(req, path, WireCodec::<Bytes>::default()).await?.into_inner();
+                shared.reached(&Ok(()));
+                while let Some(data) = stream.message().await? {
+                    shared.hub.push(Done::TelemetryItem { token, data });
+                }
+                Ok::<(), Status>(())
+            }
+            .await;
+            let failure = match outcome {
+                Ok(()) => None,
+                Err(status) => {
+                    shared.reached(&Err(&status));
+                    Some(Failure::from_status(&status))
+                }
+            };
+            shared.finished(token);
+            shared.hub.push(Done::TelemetryEnd { token, failure });
+        });
+        Ok(TelemetryWriter { sender: Mutex::new(Some(tx)) })
+    }
+
+    /// Cancel the call of `token` (its stream is reset; no completion comes for it).
+    fn cancel(&self, token: u64) {
+        if let Some(handle) = self.shared.calls.lock().unwrap_or_else(|e| e.into_inner()).remove(&token) {
+            handle.abort();
+        }
+    }
+
+    /// Refuse new calls and cancel those in flight after `grace` seconds (at once for None); idempotent.
+    #[pyo3(signature = (grace=None))]
+    fn close(&self, grace: Option<f64>) {
+        if self.shared.closed.swap(true, Ordering::AcqRel) || self.pid != std::process::id() {
+            return;
+        }
+        let shared = self.shared.clone();
+        let abort_all = move || {
+            let calls = std::mem::take(&mut *shared.calls.lock().unwrap_or_else(|e| e.into_inner()));
+            for (token, handle) in calls {
+                handle.abort();
+                shared.hub.push(Done::Cancelled { token });
+            }
+        };
+        match grace {
+            Some(g) if g > 0.0 => {
+                self.runtime.spawn(async move {
+                    tokio::time::sleep(Duration::from_secs_f64(g)).await;
+                    abort_all();
+                });
+            }
+            _ => abort_all(),
+        }
+    }
+}
+
+impl Channel {
+    fn check_open(&self) -> PyResult<()> {
+        check_same_process(self.pid, "client")?;
+        if self.shared.closed.load(Ordering::Acquire) {
+            return Err(PyRuntimeError::new_err("the channel is closed"));
+        }
+        Ok(())
+    }
+
+    fn spawn<F>(&self, token: u64, work: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        self.shared.started.fetch_add(1, Ordering::Relaxed);
+        // The entry goes in before the task can finish and remove it.
+        let mut calls = self.shared.calls.lock().unwrap_or_else(|e| e.into_inner());
+        let handle = self.runtime.spawn(work);
+        calls.insert(token, handle.abort_handle());
+    }
+}
+
+/// The request side of a Telemetry stream.
+#[pyclass(frozen, module = "thrust_native")]
+struct TelemetryWriter {
+    sender: Mutex<Option<mpsc::UnboundedSender<Bytes>>>,
+}
+
+#[pymethods]
+impl TelemetryWriter {
+    /// Queue one serialized TelemetryCommand; False once the stream has ended.
+    fn write(&self, data: &[u8]) -> bool {
+        match self.sender.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+            Some(tx) => tx.send(Bytes::copy_from_slice(data)).is_ok(),
+            None => false,
+        }
+    }
+
+    /// Half-close the request side.
+    fn close(&self) {
+        self.sender.lock().unwrap_or_else(|e| e.into_inner()).take();
+    }
+}
+
+/// Decode one serialized `Message` as a receive would (tests compare it with the Python codec).
+#[pyfunction]
+fn decode_for_test<'py>(py: Python<'py>, hub: &Hub, message: &[u8], endpoint: Py<PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    let parsed = pb::Message::decode(message).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    hub.build(py, decode_message(parsed), &endpoint)
+}
+
+#[pymodule]
+fn thrust_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Hub>()?;
+    m.add_class::<Channel>()?;
+    m.add_class::<TelemetryWriter>()?;
+    m.add_function(wrap_pyfunction!(decode_for_test, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}
