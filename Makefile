@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run demo test test-fast lint typecheck layers docs pytest compat faults cluster proto clean
+.PHONY: run demo test test-fast lint typecheck layers docs pytest compat faults cluster proto clean native
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -45,6 +45,26 @@ layers: $(STAMP)
 docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
+# The native transport (native/, docs/architecture.md "The native transport"): a release wheel (abi3,
+# CPython 3.11+) built by maturin with cargo from crates.io, installed into .venv (so that `transport="auto"`
+# takes it there), then installed with thrust into a fresh venv and smoke-tested against `thrust serve`
+# (scripts/native_smoke.py). It needs Rust (cargo); without it `make native` says so and stops.
+NATIVE_STAMP := $(VENV)/.native
+NATIVE_SRC := native/Cargo.toml native/Cargo.lock native/build.rs native/pyproject.toml $(wildcard native/src/*.rs)
+WHEELS := native/target/wheels
+$(NATIVE_STAMP): $(STAMP) $(NATIVE_SRC)
+	@command -v cargo >/dev/null || { echo "make native needs Rust's cargo (https://rustup.rs, or the rustc and cargo packages of your distribution)"; exit 1; }
+	rm -rf $(WHEELS)
+	$(BIN)/maturin build --release --quiet -m native/Cargo.toml -o $(WHEELS)
+	$(BIN)/pip install -q --force-reinstall --no-deps $(WHEELS)/thrust_native-*.whl
+	rm -rf .native-smoke
+	$(PY) -m venv .native-smoke
+	.native-smoke/bin/pip install -q . $(WHEELS)/thrust_native-*.whl
+	.native-smoke/bin/python scripts/native_smoke.py
+	rm -rf .native-smoke
+	touch $@
+native: $(NATIVE_STAMP)
+
 # Four workers on two cores: most of the reliability and fault tests wait (invisible times, long polls,
 # a paused server) rather than compute, so they overlap well. Two phases:
 # 1. everything that needs no real RocketMQ (`-m "not real"`), with no JVM running beside it;
@@ -69,13 +89,25 @@ docs: $(STAMP)
 REAL_PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
 COV_FLOOR := 77
 UVLOOP_SUITES := tests/client tests/push
-pytest: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider -p no:thrust -n 4 -m "not real and not realfaults" \
-	  --cov=thrust --cov-branch --cov-report= --cov-fail-under=$(COV_FLOOR)
-	THRUST_TEST_LOOP=uvloop $(BIN)/python -m pytest -q -p no:cacheprovider -p no:thrust -n 4 \
-	  -m "not real and not realfaults" $(UVLOOP_SUITES)
+# The client suites that run once more on the native transport (every phase above runs on grpcio: the
+# suites outside these test no transport, or the grpcio one itself).
+NATIVE_SUITES := tests/client tests/push tests/both tests/unit/test_native.py
+pytest: $(STAMP) $(NATIVE_STAMP)
+	THRUST_TRANSPORT=grpcio $(BIN)/python -m pytest -q -p no:cacheprovider -p no:thrust -n 4 \
+	  -m "not real and not realfaults" --cov=thrust --cov-branch --cov-report=
+	THRUST_TRANSPORT=native $(BIN)/python -m pytest -q -p no:cacheprovider -p no:thrust -n 4 \
+	  -m "not real and not realfaults" --cov=thrust --cov-branch --cov-append --cov-report= \
+	  --cov-fail-under=$(COV_FLOOR) $(NATIVE_SUITES)
+	THRUST_TEST_LOOP=uvloop THRUST_TRANSPORT=grpcio $(BIN)/python -m pytest -q -p no:cacheprovider \
+	  -p no:thrust -n 4 -m "not real and not realfaults" $(UVLOOP_SUITES)
+	THRUST_TEST_LOOP=uvloop THRUST_TRANSPORT=native $(BIN)/python -m pytest -q -p no:cacheprovider \
+	  -p no:thrust -n 4 -m "not real and not realfaults" $(UVLOOP_SUITES)
 	$(BIN)/thrust cluster --mode both --exec sh -c \
-	  '$(REAL_PYTEST) -n 4 -m real; a=$$?; $(REAL_PYTEST) -m realfaults tests/reliability; b=$$?; [ $$a -eq 0 ] && [ $$b -eq 0 ]'
+	  'THRUST_TRANSPORT=grpcio $(REAL_PYTEST) -n 4 -m real; a=$$?; \
+	   THRUST_TRANSPORT=native $(REAL_PYTEST) -n 4 -m real $(NATIVE_SUITES); n=$$?; \
+	   THRUST_TRANSPORT=grpcio $(REAL_PYTEST) -m realfaults tests/reliability; b=$$?; \
+	   THRUST_TRANSPORT=native $(REAL_PYTEST) -m realfaults tests/reliability; c=$$?; \
+	   [ $$a -eq 0 ] && [ $$n -eq 0 ] && [ $$b -eq 0 ] && [ $$c -eq 0 ]'
 
 # Faults on a real two-broker RocketMQ alone (R1-R7: brokers and proxies killed and restarted, black
 # hole, slow path, orphaned transaction, rebalance), with their recovery figures printed (-s).
@@ -105,4 +137,4 @@ proto: $(STAMP)
 	$(BIN)/python scripts/gen_proto.py
 
 clean:
-	rm -rf $(VENV) .compat build site src/*.egg-info
+	rm -rf $(VENV) .compat .native-smoke build site src/*.egg-info native/target

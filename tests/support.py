@@ -201,3 +201,12 @@ class CertificateAuthority:
             )
         cert = builder.sign(self.key, hashes.SHA256())
         return cert.public_bytes(serialization.Encoding.PEM), _key_pem(key)
+
+
+def transport() -> str:
+    """The transport ("native" or "grpcio") a client with the default `transport="auto"` gets in this run
+    (`$THRUST_TRANSPORT`, set per phase by the Makefile; else native when it is installed)."""
+    from thrust._io.native import resolve_transport
+    from thrust.config import ClientConfig
+
+    return resolve_transport(ClientConfig("127.0.0.1:1"))

@@ -38,7 +38,7 @@ use tokio::task::AbortHandle;
 use tokio::time::Instant;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::metadata::{MetadataKey, MetadataMap, MetadataValue};
-use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
+use tonic::transport::{ClientTlsConfig, Endpoint, Identity};
 use tonic::{Code, Status};
 
 #[global_allocator]
@@ -119,7 +119,14 @@ struct Failure {
 
 impl Failure {
     fn from_status(status: &Status) -> Self {
-        Failure { code: status.code() as i32, message: describe(status), connect: is_connect_error(status) }
+        // A status with a source was made here from a transport error (an HTTP/2, TLS or socket failure),
+        // not sent by the server: tonic calls some of those UNKNOWN, which gRPC core and grpc-java call
+        // UNAVAILABLE, a failure a retry may cure.
+        let code = match status.code() {
+            Code::Unknown if std::error::Error::source(status).is_some() => Code::Unavailable,
+            code => code,
+        };
+        Failure { code: code as i32, message: describe(status), connect: is_connect_error(status) }
     }
     fn deadline() -> Self {
         Failure { code: Code::DeadlineExceeded as i32, message: "Deadline Exceeded".into(), connect: false }
@@ -159,8 +166,11 @@ enum Done {
         delivery: Option<f64>,
         messages: Vec<Decoded>,
         failure: Option<Failure>,
-        endpoint: Py<PyAny>,
+        endpoint: Arc<Py<PyAny>>,
     },
+    /// The first message after a ReceiveMessage's OK status, handed over while the stream goes on (the
+    /// receive asked for it: `thrust._push.receiver._Stream`).
+    ReceiveFirst { token: u64, message: Decoded, endpoint: Arc<Py<PyAny>> },
     TelemetryItem { token: u64, data: Bytes },
     TelemetryEnd { token: u64, failure: Option<Failure> },
     /// The call was cancelled by its channel's close.
@@ -245,7 +255,7 @@ impl Hub {
     /// ReceiveMessage `(status code, status message, delivery timestamp, messages, corrupted, failure or
     /// None)`,
     /// 3 a Telemetry command (bytes), 4 the Telemetry stream's end (failure or None), 5 the call was
-    /// cancelled by its channel's close (None).
+    /// cancelled by its channel's close (None), 6 the first message of a receive that is still streaming.
     fn drain<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let shared = &self.shared;
         check_same_process(shared.pid, "client")?;
@@ -283,6 +293,9 @@ impl Hub {
                 }
                 Done::TelemetryItem { token, data } => {
                     (token, 3u8, PyBytes::new(py, &data).into_any()).into_pyobject(py)?
+                }
+                Done::ReceiveFirst { token, message, endpoint } => {
+                    (token, 6u8, self.build(py, message, &endpoint)?).into_pyobject(py)?
                 }
                 Done::Cancelled { token } => (token, 5u8, py.None().into_bound(py)).into_pyobject(py)?,
                 Done::TelemetryEnd { token, failure } => {
@@ -622,6 +635,79 @@ fn describe(status: &Status) -> String {
     text
 }
 
+// -- TLS ---------------------------------------------------------------------------------------------------
+
+/// Verifies the server's certificate against the roots of `ca_file` (WebPKI), and also accepts a server
+/// that presents one of those very certificates: a self-signed certificate made with `openssl req -x509`
+/// carries `CA:TRUE`, which WebPKI refuses as an end entity (`CaUsedAsEndEntity`) while OpenSSL and
+/// BoringSSL, so grpcio and the Java client, accept it when it is itself trusted. A pinned certificate is
+/// trusted as it is, byte for byte.
+#[derive(Debug)]
+struct PinnedOrWebPki {
+    inner: Arc<rustls::client::WebPkiServerVerifier>,
+    pinned: Vec<Vec<u8>>,
+}
+
+fn pinned_or_webpki(pem: &[u8]) -> PyResult<Arc<dyn rustls::client::danger::ServerCertVerifier>> {
+    use rustls_pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    let mut pinned = Vec::new();
+    for cert in rustls_pki_types::CertificateDer::pem_slice_iter(pem) {
+        let cert = cert.map_err(|e| PyValueError::new_err(format!("unreadable CA certificate: {e}")))?;
+        pinned.push(cert.as_ref().to_vec());
+        roots.add(cert).map_err(|e| PyValueError::new_err(format!("unusable CA certificate: {e}")))?;
+    }
+    // ring, the provider tonic's `tls-ring` feature builds its own TLS with.
+    #[allow(deprecated)]
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let inner = rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+        .build()
+        .map_err(|e| PyValueError::new_err(format!("unusable CA certificates: {e}")))?;
+    Ok(Arc::new(PinnedOrWebPki { inner, pinned }))
+}
+
+impl rustls::client::danger::ServerCertVerifier for PinnedOrWebPki {
+    fn verify_server_cert(
+        &self,
+        end_entity: &rustls_pki_types::CertificateDer<'_>,
+        intermediates: &[rustls_pki_types::CertificateDer<'_>],
+        server_name: &rustls_pki_types::ServerName<'_>,
+        ocsp_response: &[u8],
+        now: rustls_pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        match self.inner.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
+            Err(rustls::Error::InvalidCertificate(rustls::CertificateError::Other(_)))
+                if self.pinned.iter().any(|p| p.as_slice() == end_entity.as_ref()) =>
+            {
+                Ok(rustls::client::danger::ServerCertVerified::assertion())
+            }
+            outcome => outcome,
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls_pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls_pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.inner.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.inner.supported_verify_schemes()
+    }
+}
+
 // -- the channel -------------------------------------------------------------------------------------------
 
 const STATE_IDLE: u8 = 0;
@@ -742,10 +828,9 @@ impl Channel {
             .initial_connection_window_size(16 * 1024 * 1024);
         if let Some((root, key, chain, server_name)) = tls {
             let mut config = ClientTlsConfig::new();
-            config = match root {
-                Some(pem) => config.ca_certificate(Certificate::from_pem(pem)),
-                None => config.with_native_roots(),
-            };
+            if root.is_none() {
+                config = config.with_native_roots();
+            }
             if let (Some(key), Some(chain)) = (key, chain) {
                 config = config.identity(Identity::from_pem(chain, key));
             }
@@ -754,9 +839,11 @@ impl Channel {
                 endpoint = endpoint.origin(origin);
             }
             config = config.domain_name(name);
-            endpoint = endpoint
-                .tls_config(config)
-                .map_err(|e| PyValueError::new_err(format!("TLS configuration refused: {e}")))?;
+            endpoint = match root {
+                Some(pem) => endpoint.tls_config_with_verifier(config, pinned_or_webpki(&pem)?),
+                None => endpoint.tls_config(config),
+            }
+            .map_err(|e| PyValueError::new_err(format!("TLS configuration refused: {e}")))?;
         }
         let runtime = hub.runtime.clone();
         let connector = Connector { addresses: Arc::new(addresses), resolve };
@@ -842,7 +929,8 @@ impl Channel {
     }
 
     /// Start one ReceiveMessage; it completes (through the hub) when the stream ends, with every message
-    /// it brought decoded, and the failure if it broke.
+    /// it brought decoded, and the failure if it broke. With `first_early`, the first message after the OK
+    /// status is handed over at once (kind 6), and the rest with the completion.
     #[allow(clippy::too_many_arguments)]
     fn receive(
         &self,
@@ -853,9 +941,11 @@ impl Channel {
         timeout: f64,
         connect_budget: f64,
         endpoint: Py<PyAny>,
+        first_early: bool,
     ) -> PyResult<()> {
         self.check_open()?;
         let _ = py;
+        let endpoint = Arc::new(endpoint);
         let path = path_of("ReceiveMessage")?;
         let md = metadata_map(metadata)?;
         let original = Bytes::copy_from_slice(request);
@@ -863,6 +953,7 @@ impl Channel {
         let total = timeout.max(0.0);
         let budget = Duration::from_secs_f64(connect_budget.max(0.0));
         self.spawn(token, async move {
+            let mut first_early = first_early;
             let started = Instant::now();
             let deadline = started + Duration::from_secs_f64(total);
             let mut attempt = 0;
@@ -907,7 +998,14 @@ impl Channel {
                                 text = status.message;
                             }
                             Some(pb::receive_message_response::Content::Message(message)) => {
-                                messages.push(decode_message(message));
+                                let decoded = decode_message(message);
+                                if first_early && code == pb::Code::Ok as i32 {
+                                    first_early = false;
+                                    let endpoint = endpoint.clone();
+                                    shared.hub.push(Done::ReceiveFirst { token, message: decoded, endpoint });
+                                } else {
+                                    messages.push(decoded);
+                                }
                             }
                             Some(pb::receive_message_response::Content::DeliveryTimestamp(ts)) => {
                                 delivery = seconds(&Some(ts));

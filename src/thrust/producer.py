@@ -38,6 +38,7 @@ from thrust._core.routes import QueueSelector
 from thrust._core.send import Refusal, SendPlan, end_transaction_retry_delay
 from thrust._core.settings import PRODUCER_RETRY_POLICY, ClientSettings
 from thrust._io.batching import LingerDriver, LingerEntry, own_error
+from thrust._io.native import resolve_transport
 from thrust._io.rpc import OK_OR_MULTIPLE, status_error
 from thrust._io.session import ClientSession
 from thrust._io.tasks import TaskSet
@@ -113,6 +114,7 @@ class ProducerStats:
     messages_failed: int
     in_flight: int
     latency: LatencySummary
+    transport: str = "grpcio"
 
 
 class Producer:
@@ -173,6 +175,7 @@ class Producer:
         **connection: Unpack[ClientConfigFields],
     ) -> None:
         self.config = client_config("Producer", config, connection)
+        self.transport = resolve_transport(self.config)
         if max_attempts < 1:
             raise ValueError("max_attempts must be >= 1")
         if max_in_flight < 1:
@@ -246,6 +249,7 @@ class Producer:
             messages_failed=self._messages_failed,
             in_flight=self._in_flight,
             latency=self._latency.summary(),
+            transport=self.transport,
         )
 
     def __repr__(self) -> str:
@@ -253,7 +257,7 @@ class Producer:
         state = "closed" if self._closed else ("running" if self._start_task is not None else "new")
         return (
             f"<Producer {state} sends={s.sends} sent={s.messages_sent} retries={s.retries} "
-            f"failures={s.failures} in_flight={s.in_flight}>"
+            f"failures={s.failures} in_flight={s.in_flight} transport={self.transport}>"
         )
 
     async def start(self) -> None:
@@ -263,6 +267,7 @@ class Producer:
         if self._start_task is None:
             self._session = ClientSession(
                 self.config,
+                transport=self.transport,
                 client_type=pb.PRODUCER,
                 local_settings=dataclasses.replace(
                     ClientSettings.for_producer(),

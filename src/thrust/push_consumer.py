@@ -55,6 +55,7 @@ from thrust._consumption import ListenerExecutor, is_async_callable
 from thrust._core.ack import AckConfig
 from thrust._core.process_queue import QueueBudget
 from thrust._core.settings import ClientSettings
+from thrust._io.native import resolve_transport
 from thrust._io.session import ClientSession
 from thrust._io.tasks import TaskSet
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as pb
@@ -136,6 +137,7 @@ class PushConsumerStats:
     queues_dropped: int
     held_releases: int = 0
     last_receive_error: ThrustError | None = None
+    transport: str = "grpcio"
 
 
 class PushConsumer:
@@ -194,6 +196,7 @@ class PushConsumer:
         **connection: Unpack[ClientConfigFields],
     ) -> None:
         self.config = _config("PushConsumer", config, connection)
+        self.transport = resolve_transport(self.config)
         if not subscriptions:
             raise ValueError("subscriptions must name at least one topic")
         filters = {t: FilterExpression.of(f) for t, f in subscriptions.items()}
@@ -308,6 +311,7 @@ class PushConsumer:
         listener_is_async = is_async_callable(self.listener)
         self._session = session = ClientSession(
             self.config,
+            transport=self.transport,
             client_type=pb.PUSH_CONSUMER,
             local_settings=local,
             handler=PushCommands(
@@ -465,6 +469,7 @@ class PushConsumer:
             queues_dropped=self._scanner.queues_dropped,
             held_releases=self._session.held_releases if self._session is not None else 0,
             last_receive_error=receiver.last_receive_error,
+            transport=self.transport,
         )
 
     def __repr__(self) -> str:
@@ -476,5 +481,5 @@ class PushConsumer:
             f"cached={s.cached_messages}/{s.cached_bytes}B listeners={s.listeners_in_flight} "
             f"receives={s.receives_in_flight} acks_pending={s.acks_pending} acks_retrying={s.acks_retrying} "
             f"acked={s.acked} acks_dropped={dropped} "
-            f"consumed={s.consumed} failed={s.consume_failures}>"
+            f"consumed={s.consumed} failed={s.consume_failures} transport={self.transport}>"
         )

@@ -32,6 +32,7 @@ from thrust._core.endpoints import Endpoint
 from thrust._core.receive_balancer import ReceiveBalancer
 from thrust._core.routes import RouteQueue
 from thrust._core.settings import ClientSettings, receive_deadline
+from thrust._io.native import resolve_transport
 from thrust._io.rpc import OK_OR_MULTIPLE, status_error
 from thrust._io.session import ClientSession
 from thrust._io.telemetry import TelemetryHandler
@@ -76,6 +77,7 @@ class SimpleConsumerStats:
     renewals: int
     renewal_failures: int
     receives_in_flight: int
+    transport: str = "grpcio"
 
 
 class SimpleConsumer:
@@ -120,6 +122,7 @@ class SimpleConsumer:
         **connection: Unpack[ClientConfigFields],
     ) -> None:
         self.config = client_config("SimpleConsumer", config, connection)
+        self.transport = resolve_transport(self.config)
         check(validation.check_group, group)
         self.group = group
         self._subscriptions: dict[str, FilterExpression] = {}
@@ -194,14 +197,15 @@ class SimpleConsumer:
 
     def stats(self) -> SimpleConsumerStats:
         """A snapshot of the consumer's counters (receives, acks, renewals and their failures)."""
-        return SimpleConsumerStats(**self._counters)
+        return SimpleConsumerStats(**self._counters, transport=self.transport)
 
     def __repr__(self) -> str:
         c = self._counters
         state = "closed" if self._closed else ("running" if self._start_task is not None else "new")
         return (
             f"<SimpleConsumer group={self.group!r} {state} receives={c['receives']} "
-            f"received={c['messages_received']} acks={c['acks']} renewals={c['renewals']}>"
+            f"received={c['messages_received']} acks={c['acks']} renewals={c['renewals']} "
+            f"transport={self.transport}>"
         )
 
     async def start(self) -> None:
@@ -211,6 +215,7 @@ class SimpleConsumer:
         if self._start_task is None:
             self._session = ClientSession(
                 self.config,
+                transport=self.transport,
                 client_type=pb.SIMPLE_CONSUMER,
                 local_settings=ClientSettings.for_consumer(),
                 handler=_ConsumerTelemetry(self),

@@ -14,6 +14,7 @@ from google.protobuf.message import Message as ProtoMessage
 import thrust
 from tests.client._util import receive_n, run
 from tests.push._util import until
+from thrust._io.native import NativeRpcClient
 from thrust._io.rpc import RpcClient
 from thrust.testing import embedded_server
 
@@ -39,24 +40,29 @@ def _resources(message: ProtoMessage) -> list[ProtoMessage]:
 
 @pytest.fixture
 def sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any, dict[str, str]]]:
-    """(rpc, request, headers) of every unary call and every ReceiveMessage the clients make."""
+    """(rpc, request, headers) of every unary call and every ReceiveMessage the clients make, on either
+    transport."""
     calls: list[tuple[str, Any, dict[str, str]]] = []
-    unary, receive = RpcClient.unary, RpcClient.receive
+    for channel in (RpcClient, NativeRpcClient):
+        spy_unary, spy_receive = _spies(calls, channel.unary, channel.receive)
+        monkeypatch.setattr(channel, "unary", spy_unary)
+        monkeypatch.setattr(channel, "receive", spy_receive)
+    return calls
 
-    def headers(client: RpcClient) -> dict[str, str]:
+
+def _spies(calls: list[tuple[str, Any, dict[str, str]]], unary: Any, receive: Any) -> tuple[Any, Any]:
+    def headers(client: RpcClient | NativeRpcClient) -> dict[str, str]:
         return {k: str(v) for k, v in client._metadata()}
 
-    async def spy_unary(self: RpcClient, rpc: str, request: Any, *args: Any, **kwargs: Any) -> Any:
+    async def spy_unary(self: Any, rpc: str, request: Any, *args: Any, **kwargs: Any) -> Any:
         calls.append((rpc, request, headers(self)))
         return await unary(self, rpc, request, *args, **kwargs)
 
-    async def spy_receive(self: RpcClient, request: Any, *args: Any, **kwargs: Any) -> Any:
+    async def spy_receive(self: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
         calls.append(("ReceiveMessage", request, headers(self)))
         return await receive(self, request, *args, **kwargs)
 
-    monkeypatch.setattr(RpcClient, "unary", spy_unary)
-    monkeypatch.setattr(RpcClient, "receive", spy_receive)
-    return calls
+    return spy_unary, spy_receive
 
 
 def test_clients_with_a_namespace_round_trip_and_send_it_everywhere(

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import importlib
 import itertools
 import os
 from collections.abc import AsyncIterator, Callable
@@ -50,7 +51,8 @@ from thrust.message import MessageType, ReceivedMessage
 
 _native: Any
 try:
-    import thrust_native as _native  # type: ignore[import-not-found,no-redef,unused-ignore]
+    # Imported by name: the extension ships no type stubs, and its few calls are all in this module.
+    _native = importlib.import_module("thrust_native")
 except ImportError:  # the pure-Python install: grpcio only
     _native = None
 
@@ -73,6 +75,9 @@ _RECEIVED = 2
 _TELEMETRY_ITEM = 3
 _TELEMETRY_END = 4
 _CANCELLED = 5
+_RECEIVED_FIRST = 6
+# Completions that leave their call running: the waiter stays.
+_ONGOING = frozenset({_TELEMETRY_ITEM, _RECEIVED_FIRST})
 
 _READY = 1
 
@@ -114,6 +119,19 @@ def _failure(payload: tuple[int, str, bool], request_id: str | None, what: str) 
     return translate_status(_STATUS_CODES.get(code), message, request_id, what)
 
 
+def new_hub() -> Any:
+    """A `thrust_native.Hub`, given the Python types it builds received messages with."""
+    assert _native is not None
+    return _native.Hub(
+        ReceivedMessage,
+        Corrupted,
+        {int(t): t for t in MessageType},
+        MessageType.NORMAL,
+        MappingProxyType,
+        MappingProxyType({}),
+    )
+
+
 class NativeHub:
     """The completions of one client's native calls, delivered on its event loop (see the module docstring).
 
@@ -122,16 +140,8 @@ class NativeHub:
     __slots__ = ("_fd", "_hub", "_loop", "_next", "_waiters")
 
     def __init__(self) -> None:
-        assert _native is not None
         self._loop = asyncio.get_running_loop()
-        self._hub = _native.Hub(
-            ReceivedMessage,
-            Corrupted,
-            {int(t): t for t in MessageType},
-            MessageType.NORMAL,
-            MappingProxyType,
-            MappingProxyType({}),
-        )
+        self._hub = new_hub()
         # token -> the future of a call, or the callback of a Telemetry stream (called per item).
         self._waiters: dict[int, asyncio.Future[tuple[int, Any]] | Callable[[int, Any], None]] = {}
         self._next = itertools.count(1).__next__
@@ -159,7 +169,7 @@ class NativeHub:
     def _wake(self) -> None:
         waiters = self._waiters
         for token, kind, payload in self._hub.drain():
-            if kind == _TELEMETRY_ITEM:
+            if kind in _ONGOING:
                 waiter = waiters.get(token)
             else:
                 waiter = waiters.pop(token, None)
@@ -261,6 +271,21 @@ class NativeTelemetryCall:
         reader = self._reader
         if reader is not None and not reader.done():
             reader.cancel()
+
+
+def _receive_waiter(
+    future: asyncio.Future[tuple[int, Any]], on_message: Callable[[Any], None]
+) -> Callable[[int, Any], None]:
+    """A receive's hub waiter when it hands its first message over early: that one to `on_message`, the
+    completion to `future`."""
+
+    def arrived(kind: int, payload: Any) -> None:
+        if kind == _RECEIVED_FIRST:
+            on_message(payload)
+        elif not future.done():
+            future.set_result((kind, payload))
+
+    return arrived
 
 
 class NativeRpcClient:
@@ -375,9 +400,10 @@ class NativeRpcClient:
         on_message: Callable[[Any], None] | None = None,
         settings_synced: asyncio.Event | None = None,
     ) -> ReceiveResult:
-        """As `RpcClient.receive`. The native stream is read to its end before Python sees it, so every
-        message comes in the result, decoded, in one wake-up of the loop; `on_message` is called only for
-        the messages of a stream that then failed after its OK status (they are delivered, not dropped)."""
+        """As `RpcClient.receive`. The native stream is read off the loop: with `on_message`, the first
+        message after the OK status is handed to it as soon as it arrives (one wake-up of the loop), and the
+        rest come decoded in the result, together, when the stream ends; or, when the stream then fails, to
+        `on_message` before the error is raised (they are delivered, not dropped)."""
         if self._closed or self._receives_cancelled:
             raise ClientClosedError("ReceiveMessage: the client is closed")
         md = self._metadata()
@@ -408,10 +434,16 @@ class NativeRpcClient:
                 raise ClientClosedError("ReceiveMessage: the client is closed")
         hub = self._hub
         token = hub.token()
-        future = hub.expect(token)
+        if on_message is None:
+            future = hub.expect(token)
+        else:
+            future = asyncio.get_running_loop().create_future()
+            hub.subscribe(token, _receive_waiter(future, on_message))
         self._receives[token] = future
         try:
-            self._channel.receive(token, request.SerializeToString(), md, timeout, budget, self.endpoint)
+            self._channel.receive(
+                token, request.SerializeToString(), md, timeout, budget, self.endpoint, on_message is not None
+            )
             kind, payload = await future
         except asyncio.CancelledError:
             self._channel.cancel(token)

@@ -136,6 +136,7 @@ class ClientSession:
         self,
         config: ClientConfig,
         *,
+        transport: str | None = None,
         client_type: int,
         local_settings: ClientSettings,
         handler: TelemetryHandler,
@@ -157,7 +158,7 @@ class ClientSession:
         self._intervals = (heartbeat_interval, settings_sync_interval, route_refresh_interval)
         # "native" or "grpcio" (`thrust._io.native.resolve_transport`); the native transport's completions
         # reach the loop through one hub per session, created with the first channel.
-        self.transport = resolve_transport(config)
+        self.transport = transport or resolve_transport(config)
         self._hub: NativeHub | None = None
         self._rpcs: dict[Endpoint, Rpc] = {}
         self._recovered_at: dict[Endpoint, float] = {}

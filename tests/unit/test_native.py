@@ -1,0 +1,126 @@
+"""The native transport's pure parts: which transport a config resolves to, and the received-message
+decoding in Rust, field for field against the Python codec (`thrust._codec.convert.received_from_pb`)."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import zlib
+from typing import Any
+
+import pytest
+
+from thrust._codec.convert import Corrupted, received_from_pb
+from thrust._core.endpoints import parse_endpoint
+from thrust._io import native
+from thrust._proto.apache.rocketmq.v2 import definition_pb2 as pb
+from thrust.config import ClientConfig
+from thrust.errors import ThrustError
+
+ENDPOINT = parse_endpoint("127.0.0.1:8081")
+
+
+def test_auto_takes_the_environment_then_native_when_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    config = ClientConfig("127.0.0.1:1")
+    monkeypatch.delenv(native.TRANSPORT_ENV, raising=False)
+    monkeypatch.setattr(native, "_native", object())
+    assert native.resolve_transport(config) == "native"
+    monkeypatch.setattr(native, "_native", None)
+    assert native.resolve_transport(config) == "grpcio"
+    monkeypatch.setenv(native.TRANSPORT_ENV, "grpcio")
+    monkeypatch.setattr(native, "_native", object())
+    assert native.resolve_transport(config) == "grpcio"
+    # The variable decides only for "auto": a config that names its transport keeps it.
+    assert native.resolve_transport(config.replace(transport="native")) == "native"
+
+
+def test_native_without_the_package_and_a_bad_choice_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(native, "_native", None)
+    monkeypatch.delenv(native.TRANSPORT_ENV, raising=False)
+    with pytest.raises(ThrustError, match=r"pip install 'thrust\[native\]'"):
+        native.resolve_transport(ClientConfig("127.0.0.1:1", transport="native"))
+    monkeypatch.setenv(native.TRANSPORT_ENV, "rust")
+    with pytest.raises(ThrustError, match="THRUST_TRANSPORT"):
+        native.resolve_transport(ClientConfig("127.0.0.1:1"))
+    with pytest.raises(ValueError, match="transport"):
+        ClientConfig("127.0.0.1:1", transport="rust")  # type: ignore[arg-type]
+
+
+def _message(body: bytes = b"hello", **system: Any) -> pb.Message:
+    m = pb.Message(body=body)
+    m.topic.name = "t"
+    sp = m.system_properties
+    sp.message_id = "01ABC"
+    sp.receipt_handle = "handle"
+    for name, value in system.items():
+        if name == "keys":
+            sp.keys.extend(value)
+        elif name in ("born_timestamp", "store_timestamp", "delivery_timestamp"):
+            getattr(sp, name).FromNanoseconds(value)
+        elif name == "digest":
+            sp.body_digest.type, sp.body_digest.checksum = value
+        else:
+            setattr(sp, name, value)
+    return m
+
+
+_CASES = {
+    "plain": _message(),
+    "every field": _message(
+        b"body",
+        tag="TagA",
+        keys=["k1", "k2"],
+        message_group="g1",
+        delivery_attempt=3,
+        born_timestamp=1_700_000_000_123_456_789,
+        store_timestamp=1_700_000_001_000_000_000,
+        delivery_timestamp=1_700_000_002_500_000_000,
+        born_host="10.0.0.1",
+        queue_id=7,
+        queue_offset=12345,
+        message_type=pb.FIFO,
+        priority=4,
+        trace_context="00-abc-def-01",
+    ),
+    "no delivery attempt": _message(message_type=pb.DELAY),
+    "md5": _message(b"x", digest=(pb.MD5, hashlib.md5(b"x").hexdigest().upper())),
+    "md5 lower case": _message(b"x", digest=(pb.MD5, hashlib.md5(b"x").hexdigest())),
+    "sha1": _message(b"x", digest=(pb.SHA1, hashlib.sha1(b"x").hexdigest().upper())),
+    "crc32": _message(b"x", digest=(pb.CRC32, format(zlib.crc32(b"x"), "X"))),
+    "crc32 padded": _message(b"x", digest=(pb.CRC32, "000" + format(zlib.crc32(b"x"), "X"))),
+    "crc32 not hex": _message(b"x", digest=(pb.CRC32, "0x" + format(zlib.crc32(b"x"), "X"))),
+    "md5 mismatch": _message(b"x", digest=(pb.MD5, hashlib.md5(b"y").hexdigest())),
+    "unknown digest type": _message(b"x", digest=(9, "00")),
+    "zlib body": _message(zlib.compress(b"inflated" * 10), body_encoding=pb.GZIP),
+    "gzip body": _message(gzip.compress(b"inflated" * 10), body_encoding=pb.GZIP),
+    "corrupt gzip": _message(b"\x78\x9cnot zlib", body_encoding=pb.GZIP),
+    "zlib with trailing garbage": _message(zlib.compress(b"a") + b"junk", body_encoding=pb.GZIP),
+}
+
+
+@pytest.mark.parametrize("case", list(_CASES))
+def test_native_decoding_matches_the_python_codec(case: str) -> None:
+    thrust_native = pytest.importorskip("thrust_native")
+    message = _CASES[case]
+    message.user_properties["p"] = "v"
+    decoded = thrust_native.decode_for_test(native.new_hub(), message.SerializeToString(), ENDPOINT)
+    try:
+        expected: Any = received_from_pb(message, ENDPOINT)
+    except Corrupted as exc:
+        expected = exc
+    assert type(decoded) is type(expected)
+    if isinstance(expected, Corrupted):
+        assert (decoded.message_id, decoded.topic, decoded.receipt_handle) == (
+            expected.message_id,
+            expected.topic,
+            expected.receipt_handle,
+        )
+        assert decoded.reason.split(":")[0] == expected.reason.split(":")[0]
+        return
+    for name in type(expected).__slots__:
+        if name == "_settler":
+            continue
+        assert getattr(decoded, name) == getattr(expected, name), name
+    assert decoded.receipt_handle == "handle" and decoded.endpoint == ENDPOINT
+    with pytest.raises(AttributeError):
+        decoded.body = b"changed"  # as immutable as one the Python codec built
