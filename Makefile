@@ -66,7 +66,9 @@ $(NATIVE_STAMP): $(STAMP) $(NATIVE_SRC)
 native: $(NATIVE_STAMP)
 
 # Four workers on two cores: most of the reliability and fault tests wait (invisible times, long polls,
-# a paused server) rather than compute, so they overlap well. Two phases:
+# a paused server) rather than compute, so they overlap well. Every phase names its transport
+# ($THRUST_TRANSPORT: what a client with the default transport="auto" takes; docs/install.md): each runs on
+# grpcio, and the client suites (NATIVE_SUITES) once more on the native transport. Two phases:
 # 1. everything that needs no real RocketMQ (`-m "not real"`), with no JVM running beside it;
 # 2. the tests marked `real` (tests/conftest.py: the client suites on the real proxy, the official client
 #    on it, the differential table), inside `thrust cluster --mode both --exec`, which starts a real
@@ -79,7 +81,8 @@ native: $(NATIVE_STAMP)
 # Between the two, the client suites (tests/client, tests/push) once more with every loop on uvloop
 # ($THRUST_TEST_LOOP, tests/conftest.py), against the embedded server, without coverage:
 # UVLOOP_SUITES took 45 s at load 2.0 and 53 s at load 4.6 (187 tests, -n 4) on two cores.
-# Phase 1 measures branch coverage of thrust in the test processes (pytest-cov, xdist workers combined;
+# Phase 1 and its native run measure branch coverage of thrust in the test processes (pytest-cov, xdist
+# workers combined, the native run appended;
 # code run in child processes, such as `thrust serve` or the CLI, is not counted) and fails below
 # COV_FLOOR: 77.87 % measured (1,509 tests, CI dry runs of 2 December at 82f7de7), rounded down.
 # `-p no:thrust` keeps the package's own pytest plugin (the `thrust_server` fixture, which the suite uses

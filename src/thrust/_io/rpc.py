@@ -573,11 +573,12 @@ class RpcClient:
 
         `on_message`, when given, is called with each message that arrives after an OK status, as it
         arrives (decoded: a `ReceivedMessage`, or the `Corrupted` it is), instead of collecting it into the
-        result: the proxy writes the status first and each message is final once written (docs/protocol.md
-        §6.4), so a consumer may start on the first message while the server is still streaming the rest
-        of the batch (bench scenario 5a: reading 32 messages to the end costs several ms). Messages before
-        any status are collected as usual. If the stream then fails, the error is raised as usual; the
-        messages already handed over stay delivered (they are invisible on the broker either way).
+        result: the proxy writes the status first and each message is final once written
+        (docs/protocol.md §6.4), so a consumer may start on the first message while the server is still
+        streaming the rest of the batch (bench scenario 5a: reading 32 messages to the end costs several
+        ms). Messages before any status are collected as usual. If the stream then fails, the error is
+        raised as usual; the messages already handed over stay delivered (they are invisible on the broker
+        either way).
 
         A receive on a channel that is not connected waits for the connection (`_connected`) and then,
         within the same budget, for `settings_synced`, set while this client's Telemetry stream to the

@@ -70,7 +70,29 @@ __all__ = [
 ]
 
 _OFFICIAL = "rocketmq-python-client==5.1.2"
-CLIENTS = ("thrust", "official", "java", "raw")
+CLIENTS = ("thrust", "thrust-native", "thrust-grpcio", "official", "java", "raw")
+# The thrust columns that pin a transport (`ClientConfig.transport`): their runs are thrust's, with
+# $THRUST_TRANSPORT set for the run (`transport_for`); plain "thrust" takes what "auto" takes.
+TRANSPORTS = {"thrust-native": "native", "thrust-grpcio": "grpcio"}
+
+
+@contextlib.contextmanager
+def transport_for(client: str) -> Iterator[None]:
+    """Run a thrust column on its transport: $THRUST_TRANSPORT set for the run, then restored (every
+    thrust client of a run is built with the default transport "auto", which reads it)."""
+    transport = TRANSPORTS.get(client)
+    if transport is None:
+        yield
+        return
+    saved = os.environ.get("THRUST_TRANSPORT")
+    os.environ["THRUST_TRANSPORT"] = transport
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ["THRUST_TRANSPORT"]
+        else:
+            os.environ["THRUST_TRANSPORT"] = saved
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -123,7 +145,7 @@ class Scenario:
     """Logical topics it uses (for the list of what an existing cluster must have)."""
 
     def runner(self, client: str) -> Runner | str:
-        value: Runner | str = getattr(self, client)
+        value: Runner | str = getattr(self, "thrust" if client in TRANSPORTS else client)
         return value
 
 

@@ -45,9 +45,11 @@ produce@1k.
 
 clients: thrust, official (rocketmq-python-client 5.1.2 in its own venv), java (rocketmq-client-java,
 built by Maven into ~/.cache/thrust/java-driver), raw (bare grpc.aio stubs); "both" is thrust,official
-and "all" is all four. Client and server CPU per message: each client's process CPU time (user + sys)
-over the window divided by the messages it consumed or produced; the server's likewise (the embedded
-server's process, or the real proxy's and brokers' JVMs).
+and "all" is all four. thrust-native and thrust-grpcio are thrust on one transport each (thrust alone
+takes what transport="auto" takes: native when thrust-native is installed); the ratio columns divide the
+first thrust column by each other one. Client and server CPU per message: each client's process CPU
+time (user + sys) over the window divided by the messages it consumed or produced; the server's
+likewise (the embedded server's process, or the real proxy's and brokers' JVMs).
 """
 
 
@@ -70,7 +72,8 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--client",
         default="thrust",
-        help="thrust, official, java, raw, both (thrust,official), all, or a comma-separated list",
+        help="thrust, thrust-native, thrust-grpcio, official, java, raw, both (thrust,official), all, or a "
+        "comma-separated list",
     )
     p.add_argument("--duration", type=float, default=10.0, help="seconds of each measurement window")
     p.add_argument("--warmup", type=float, default=1.0, help="seconds before each window")
@@ -167,7 +170,10 @@ def _select(text: str, size: int = 64, *, embedded: bool = True) -> list[tuple[s
 def _clients(text: str) -> list[str]:
     from thrust.bench.scenarios import CLIENTS
 
-    named = {"both": ["thrust", "official"], "all": list(CLIENTS)}
+    named = {
+        "both": ["thrust", "official"],
+        "all": [c for c in CLIENTS if c not in ("thrust-native", "thrust-grpcio")],
+    }
     out: list[str] = []
     for part in (p.strip() for p in text.split(",")):
         for client in named.get(part, [part]):
@@ -196,8 +202,11 @@ def format_table(
     `scenario_ids` maps a label to its scenario id (default: the label itself)."""
     from thrust.bench.scenarios import SCENARIOS
 
-    others = [c for c in clients if c != "thrust"] if "thrust" in clients else []
-    head = ["Scenario", "Metric", *clients, *(f"thrust / {c}" for c in others)]
+    # The ratios are of the first thrust column (`thrust`, or `thrust-native` beside `thrust-grpcio`) to each
+    # other column.
+    lead = next((c for c in clients if c.startswith("thrust")), None)
+    others = [c for c in clients if c != lead] if lead is not None else []
+    head = ["Scenario", "Metric", *clients, *(f"{lead} / {c}" for c in others)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for label, per_client in results.items():
         scenario = SCENARIOS[(scenario_ids or {}).get(label, label)]
@@ -228,7 +237,7 @@ def format_table(
                         text += f" ({len(entry['runs'])} run(s); then error: {entry['error']})"
                     cells.append(text)
             for other in others:
-                a, b = values.get("thrust"), values.get(other)
+                a, b = values.get(lead) if lead is not None else None, values.get(other)
                 if a is not None and b is not None and math.isfinite(a) and math.isfinite(b) and b > 0:
                     cells.append(f"{a / b:.2f}x")
                 else:
@@ -254,6 +263,7 @@ def _target(args: argparse.Namespace) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    from thrust.bench import scenarios
     from thrust.bench.scenarios import SCENARIOS, Context, official_python
     from thrust.bench.targets import resource_names
 
@@ -337,7 +347,8 @@ def run(args: argparse.Namespace) -> int:
                         flush=True,
                     )
                     try:
-                        result = run_on_loop(runner(ctx), args.loop)
+                        with scenarios.transport_for(client):
+                            result = run_on_loop(runner(ctx), args.loop)
                     except Exception as exc:
                         errors[(label, client)] = f"{type(exc).__name__}: {exc}"[:300]
                         print(f"  failed: {errors[(label, client)]}", file=sys.stderr)
