@@ -192,8 +192,8 @@ impl HubShared {
             return;
         }
         self.queue.lock().unwrap_or_else(|e| e.into_inner()).push(done);
-        // One byte per wake-up, not per completion: `drain` clears `notified` before it takes the queue.
-        if !self.notified.swap(true, Ordering::AcqRel) {
+        // One byte per wake-up, not per completion (`drain` says in which order it clears `notified`).
+        if !self.notified.swap(true, Ordering::SeqCst) {
             let _ = (&self.writer).write(&[1]);
         }
     }
@@ -259,13 +259,18 @@ impl Hub {
     fn drain<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         let shared = &self.shared;
         check_same_process(shared.pid, "client")?;
-        shared.notified.store(false, Ordering::Release);
+        // The order matters: bytes first, then `notified`, then the queue. Clearing `notified` before
+        // reading would let this drain swallow the byte of a push that set it again meanwhile; a later push
+        // would then see `notified` set with no byte left to wake the loop, and its call would never
+        // complete. Read first, a completion pushed after the clear writes a byte of its own (at worst one
+        // spurious wake-up finds the queue empty).
         let mut scratch = [0u8; 64];
         while let Ok(n) = (&shared.reader).read(&mut scratch) {
             if n < scratch.len() {
                 break;
             }
         }
+        shared.notified.store(false, Ordering::SeqCst);
         let items = std::mem::take(&mut *shared.queue.lock().unwrap_or_else(|e| e.into_inner()));
         let out = PyList::empty(py);
         for item in items {
@@ -1146,12 +1151,27 @@ fn decode_for_test<'py>(py: Python<'py>, hub: &Hub, message: &[u8], endpoint: Py
     hub.build(py, decode_message(parsed), &endpoint)
 }
 
+/// Push `per_thread` empty Telemetry items from each of `threads` new threads, as fast as they can, for
+/// the test that no wake-up is lost while the loop drains (`tests/unit/test_native.py`).
+#[pyfunction]
+fn push_for_test(hub: &Hub, threads: usize, per_thread: u64) {
+    for t in 0..threads {
+        let shared = hub.shared.clone();
+        std::thread::spawn(move || {
+            for i in 0..per_thread {
+                shared.push(Done::TelemetryItem { token: t as u64 * per_thread + i, data: Bytes::new() });
+            }
+        });
+    }
+}
+
 #[pymodule]
 fn thrust_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Hub>()?;
     m.add_class::<Channel>()?;
     m.add_class::<TelemetryWriter>()?;
     m.add_function(wrap_pyfunction!(decode_for_test, m)?)?;
+    m.add_function(wrap_pyfunction!(push_for_test, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -124,3 +124,23 @@ def test_native_decoding_matches_the_python_codec(case: str) -> None:
     assert decoded.receipt_handle == "handle" and decoded.endpoint == ENDPOINT
     with pytest.raises(AttributeError):
         decoded.body = b"changed"  # as immutable as one the Python codec built
+
+
+def test_no_completion_waits_without_a_wake_up() -> None:
+    """Completions pushed from several threads while the loop drains: each one is either taken by a drain
+    or followed by a byte on the hub's socket, so a loop that sleeps until the socket is readable never
+    sleeps on a completion (the order of `Hub::drain`; in the wrong order calls hung under load)."""
+    import select
+
+    thrust_native = pytest.importorskip("thrust_native")
+    hub = native.new_hub()
+    threads, per_thread = 4, 50_000
+    thrust_native.push_for_test(hub, threads, per_thread)
+    taken = drains = 0
+    while taken < threads * per_thread:
+        readable, _, _ = select.select([hub.fileno()], [], [], 2.0)
+        items = hub.drain()
+        assert readable or not items, f"{len(items)} completions queued with no wake-up ({taken} taken)"
+        taken += len(items)
+        drains += 1
+    assert taken == threads * per_thread
