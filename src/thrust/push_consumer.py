@@ -58,7 +58,7 @@ from thrust._core.settings import ClientSettings
 from thrust._io.session import ClientSession
 from thrust._io.tasks import TaskSet
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as pb
-from thrust._push.commands import PushCommands
+from thrust._push.commands import LiteHooks, PushCommands
 from thrust._push.model import ACK_RETRY_WINDOW, MiB, _Delivery, logger
 from thrust._push.receiver import QueueReceiver
 from thrust._push.scanner import AssignmentScanner
@@ -272,6 +272,9 @@ class PushConsumer:
             spawn=self._tasks.spawn,
         )
         self._session: ClientSession | None = None
+        # Set before `start` by a `LitePushConsumer`, which wraps this consumer (thrust.lite_push_consumer).
+        self._client_type: int = pb.PUSH_CONSUMER
+        self._lite_hooks: LiteHooks | None = None
         self._executor: ListenerExecutor[_Delivery] | None = None
         self._start_task: asyncio.Task[None] | None = None
         self._close_task: asyncio.Task[None] | None = None
@@ -308,7 +311,7 @@ class PushConsumer:
         listener_is_async = is_async_callable(self.listener)
         self._session = session = ClientSession(
             self.config,
-            client_type=pb.PUSH_CONSUMER,
+            client_type=self._client_type,
             local_settings=local,
             handler=PushCommands(
                 group_pb=self._group_pb,
@@ -317,6 +320,7 @@ class PushConsumer:
                 listener=self.listener,
                 listener_is_async=listener_is_async,
                 settings_changed=self._settings_changed,
+                lite=self._lite_hooks,
             ),
             group=self.group,
         )

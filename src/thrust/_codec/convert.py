@@ -130,6 +130,8 @@ def message_to_pb(
         sp.message_type = pb.TRANSACTION
         if transaction_recovery is not None:
             sp.orphaned_transaction_recovery_duration.CopyFrom(duration(transaction_recovery))
+    elif message.lite_topic is not None:
+        sp.message_type = pb.LITE
     elif message.message_group is not None:
         sp.message_type = pb.FIFO
     elif message.delivery_timestamp is not None:
@@ -144,6 +146,8 @@ def message_to_pb(
         sp.delivery_timestamp.CopyFrom(timestamp(message.delivery_timestamp))
     if message.priority is not None:
         sp.priority = message.priority
+    if message.lite_topic is not None:
+        sp.lite_topic = message.lite_topic
     if message.properties:
         out.user_properties.update(message.properties)
     return out
@@ -222,6 +226,7 @@ def received_from_pb(message: pb.Message, endpoint: Endpoint | None = None) -> R
         priority=sp.priority if has("priority") else None,
         endpoint=endpoint,
         trace_context=sp.trace_context if has("trace_context") else None,
+        lite_topic=sp.lite_topic if has("lite_topic") else None,
     )
 
 

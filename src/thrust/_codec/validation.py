@@ -660,6 +660,7 @@ def check_new_message(
     message_group: str | None,
     delivery_timestamp: float | None,
     priority: int | None,
+    lite_topic: str | None = None,
 ) -> None:
     """The checks a message passes when it is built (`thrust.Message`), before any producer sees it: what
     does not depend on the server's settings or the clock. The client only; the server never calls it.
@@ -674,7 +675,8 @@ def check_new_message(
     settings, the topic's type, the delivery time against its clock). The types are checked too (Java's are
     static, the annotations here are what a caller should pass): a `str` body or a non-string key or
     property is refused here rather than by protobuf at send. A priority excludes a message group and a
-    delivery time (the proxy's MESSAGE_PROPERTY_CONFLICT_WITH_TYPE); Java's builder predates priorities."""
+    delivery time (the proxy's MESSAGE_PROPERTY_CONFLICT_WITH_TYPE); Java's builder predates priorities.
+    A lite topic (`check_lite_topic`) excludes the three (Java's `MessageBuilderImpl.setLiteTopic`)."""
     if not isinstance(topic, str):
         raise Invalid(Code.ILLEGAL_TOPIC, f"topic must be a str, not {type(topic).__name__}")
     check_topic(topic)
@@ -713,8 +715,20 @@ def check_new_message(
             raise Invalid(Code.ILLEGAL_MESSAGE_GROUP, "message group should not be blank")
         check_message_group(message_group)
     check_priority(priority)
-    if sum((message_group is not None, delivery_timestamp is not None, priority is not None)) > 1:
+    if lite_topic is not None:
+        if not isinstance(lite_topic, str):
+            raise Invalid(
+                Code.ILLEGAL_LITE_TOPIC, f"lite topic must be a str, not {type(lite_topic).__name__}"
+            )
+        check_lite_topic(lite_topic)
+    kinds = (
+        message_group is not None,
+        delivery_timestamp is not None,
+        priority is not None,
+        lite_topic is not None,
+    )
+    if sum(kinds) > 1:
         raise Invalid(
             Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
-            "message group (FIFO), delivery time (DELAY) and priority are exclusive",
+            "message group (FIFO), delivery time (DELAY), priority and lite topic (LITE) are exclusive",
         )
