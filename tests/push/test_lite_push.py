@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from typing import Any
 
 import pytest
 
@@ -16,6 +17,7 @@ from thrust._codec.status import Code
 from thrust.server.config import GroupSpec
 from thrust.server.core.broker import LITE_COMPLETE_REMOVE
 from thrust.server.core.model import GroupRetryPolicy
+from thrust.server.service.consumer import ConsumerRpcs
 from thrust.testing import ServerThread, embedded_server
 
 
@@ -102,10 +104,19 @@ def test_lite_push_consumer_receives_its_lite_topics_in_order() -> None:
     run(scenario)
 
 
-def test_a_failed_lite_message_is_redelivered_through_its_lite_topic() -> None:
-    # A non-FIFO group: the failure is a ChangeInvisibleDuration naming the lite topic, the redelivery the
-    # server's, one backoff step later.
+def test_a_failed_lite_message_is_redelivered_through_its_lite_topic(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A non-FIFO group: the failure is a ChangeInvisibleDuration naming the lite topic (with `suspend`, as
+    # the Java client's ConsumerImpl.wrapChangeInvisibleDuration), the redelivery the server's, one backoff
+    # step later.
     group = GroupSpec("svc", retry=GroupRetryPolicy(max_attempts=5, customized=(0.2,)))
+    seen: list[tuple[str, bool]] = []
+    original = ConsumerRpcs.ChangeInvisibleDuration
+
+    async def spy(self: ConsumerRpcs, request: Any, context: Any) -> Any:
+        seen.append((request.lite_topic, request.suspend))
+        return await original(self, request, context)
+
+    monkeypatch.setattr(ConsumerRpcs, "ChangeInvisibleDuration", spy)
 
     async def scenario() -> None:
         async with embedded_server(topics=["chat:1:LITE"], groups=[group], auto_create=False) as srv:
@@ -125,6 +136,7 @@ def test_a_failed_lite_message_is_redelivered_through_its_lite_topic() -> None:
                 await until(lambda: attempts == [1, 2], what="a redelivery")
                 await until(lambda: c.stats().acked == 1)
                 assert c.stats().nacked == 1
+                assert seen == [("s", True)]
 
     run(scenario)
 

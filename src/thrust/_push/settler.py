@@ -315,7 +315,9 @@ class Settler:
         )
         lite_topic = _lite_topic_of(token)
         if lite_topic is not None:
+            # As the Java client's ConsumerImpl.wrapChangeInvisibleDuration for a lite message.
             request.lite_topic = lite_topic
+            request.suspend = True
         response = await self._settle_call(
             "change_invisible_duration", batch, "ChangeInvisibleDuration", request
         )
