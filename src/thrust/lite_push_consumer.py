@@ -1,5 +1,5 @@
 """`LitePushConsumer`: a push consumer bound to one LITE topic that receives the lite topics it subscribes
-to at run time (RocketMQ 5.5, RIP-83).
+to at run time (RocketMQ 5.5, RIP-83; docs/lite-topics.md).
 
 ```python
 import thrust
@@ -146,7 +146,8 @@ class LitePushConsumer:
         bind_topic: the parent topic, of type LITE.
         listener: as `PushConsumer`'s; each message's `lite_topic` says which lite topic it came from.
         resync_interval: seconds between full resyncs of the lite topics with every broker (Java: 30).
-        The other options are `PushConsumer`'s, passed to the push consumer underneath.
+        consumption_thread_count: and the options after it: `PushConsumer`'s, passed to the push consumer
+            underneath.
 
     `subscribe_lite` / `unsubscribe_lite` change the lite topics at run time; `lite_topics` is the current
     set. The server may take a lite topic away (an exclusive group whose other client subscribed to it):

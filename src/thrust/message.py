@@ -136,7 +136,7 @@ class Message:
             MESSAGE_PROPERTY_CONFLICT_WITH_TYPE). See "Priority" below.
         lite_topic: the lite topic (RocketMQ 5.5) of `topic`, which must be a LITE topic: a lightweight
             ordered sub-channel created by its first message and received by the `LitePushConsumer`s
-            that subscribed to it. At most 64 UTF-8 bytes of `[a-zA-Z0-9_-]`.
+            that subscribed to it (docs/lite-topics.md). At most 64 UTF-8 bytes of `[a-zA-Z0-9_-]`.
 
     A message with `message_group` is FIFO; with a delivery time it is DELAY; with a priority PRIORITY;
     with a lite topic LITE. Those are mutually exclusive (the server answers

@@ -47,7 +47,7 @@ class TopicSpec:
 class GroupSpec:
     """A consumer group to create at start (`fifo` = upstream's consumeMessageOrderly; `retry`: its max
     delivery attempts and backoff, None for upstream's defaults, 17 attempts; `lite_exclusive` =
-    upstream's liteSubExclusive: one client of the group per lite topic)."""
+    upstream's liteSubExclusive: one client of the group per lite topic, docs/lite-topics.md)."""
 
     name: str
     fifo: bool = False
