@@ -309,3 +309,36 @@ def test_serve_flags_for_lite_topics() -> None:
     assert config.topics[0].types == (MessageType.LITE,)
     assert config.groups[0].fifo and config.groups[0].lite_exclusive
     assert (config.lite_ttl, config.lite_subscription_quota) == (30.0, 5)
+
+
+def test_a_dead_lettered_lite_message_keeps_its_lite_topic_and_can_be_acked() -> None:
+    async def scenario() -> None:
+        async with (
+            embedded_server(topics=["parent:1:LITE"], groups=["g"]) as srv,
+            Wire(srv.endpoints[0]) as w,
+        ):
+            await w.consumer("g", "parent", kind=d.ClientType.LITE_PUSH_CONSUMER)
+            assert (await w.send(_lite("parent", "a", b"doomed"))).status.code == Code.OK
+            assert (await _sync(w, "g", "parent", A.PARTIAL_ADD, "a")).status.code == Code.OK
+            ((mid, handle),) = handles(await w.receive("g", "parent"))
+            forwarded = await w.stub.ForwardMessageToDeadLetterQueue(
+                s.ForwardMessageToDeadLetterQueueRequest(
+                    group=d.Resource(name="g"),
+                    topic=d.Resource(name="parent"),
+                    receipt_handle=handle,
+                    message_id=mid,
+                    delivery_attempt=1,
+                    max_delivery_attempts=1,
+                    lite_topic="a",
+                ),
+                metadata=w.md,
+                timeout=5,
+            )
+            assert forwarded.status.code == Code.OK
+            stream = await w.receive("dlq-reader", "%DLQ%g")
+            (dead,) = messages_of(stream)
+            assert (dead.body, dead.system_properties.lite_topic) == (b"doomed", "a")
+            ((dead_id, dead_handle),) = handles(stream)
+            assert await _ack(w, "dlq-reader", "%DLQ%g", "a", dead_id, dead_handle) == Code.OK
+
+    run(scenario())

@@ -656,8 +656,12 @@ class Broker:
         self._catalog.topic(topic)
         self._catalog.group(group)
         self._advance(now)
-        name = topic if not lite_topic else lmq_name(topic, lite_topic)
-        return self._inflight.lookup(self._subs.get(group, name), ref, handle, message_id)
+        sub = self._subs.get(group, lmq_name(topic, lite_topic)) if lite_topic else None
+        if sub is None:
+            # Not from a lite topic's queue: a lite message in a dead-letter topic keeps its lite topic, and
+            # a consumer settling it names it. The handle's nonce and text still have to match.
+            sub = self._subs.get(group, topic)
+        return self._inflight.lookup(sub, ref, handle, message_id)
 
     # ------------------------------------------------------------------ lite topics
 
