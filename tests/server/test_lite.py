@@ -14,11 +14,13 @@ from thrust._codec.status import Code
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as d
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as s
 from thrust.cli import serve
-from thrust.cli.main import build_parser
+from thrust.cli.main import build_parser, main
+from thrust.cli.messages import message_to_json
+from thrust.message import ReceivedMessage
 from thrust.server.clock import ManualClock
 from thrust.server.config import parse_group
 from thrust.server.core.model import MessageType
-from thrust.testing import embedded_server
+from thrust.testing import ServerThread, embedded_server
 
 A = d.LiteSubscriptionAction
 
@@ -342,3 +344,18 @@ def test_a_dead_lettered_lite_message_keeps_its_lite_topic_and_can_be_acked() ->
             assert await _ack(w, "dlq-reader", "%DLQ%g", "a", dead_id, dead_handle) == Code.OK
 
     run(scenario())
+
+
+def test_thrust_send_lite_topic(capsys: pytest.CaptureFixture[str]) -> None:
+    with ServerThread(topics=["chat:1:LITE"], auto_create=False) as srv:
+        code = main(["send", "--endpoints", srv.endpoints[0], "-t", "chat", "--lite-topic", "s-1", "hello"])
+        assert code == 0, capsys.readouterr().err
+        assert srv.call(lambda: srv.server.brokers[0].lite_topics("chat")) == ["s-1"]
+        capsys.readouterr()
+        assert (
+            main(["send", "--endpoints", srv.endpoints[0], "-t", "chat", "--lite-topic", "bad name", "x"])
+            == 1
+        )
+        assert "ValidationError" in capsys.readouterr().err
+    received = ReceivedMessage(topic="chat", body=b"x", message_id="m", lite_topic="s-1")
+    assert message_to_json(received)["lite_topic"] == "s-1"
