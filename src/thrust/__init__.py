@@ -52,6 +52,7 @@ from thrust.errors import (
 )
 from thrust.message import (
     ConsumeResult,
+    ConsumeSuspend,
     FilterExpression,
     FilterType,
     Message,
@@ -81,6 +82,7 @@ __all__ = [
     "ClientConfig",
     "ConnectionError",
     "ConsumeResult",
+    "ConsumeSuspend",
     "Credentials",
     "FilterExpression",
     "FilterType",

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ConsumeResult",
+    "ConsumeSuspend",
     "FilterExpression",
     "FilterType",
     "Message",
@@ -40,6 +41,35 @@ class ConsumeResult(enum.Enum):
 
     SUCCESS = "SUCCESS"
     FAILURE = "FAILURE"
+
+
+class ConsumeSuspend:
+    """What a `LitePushConsumer` listener returns to put a lite topic aside for `seconds`: the message (and,
+    in a FIFO group, the messages of its lite topic received behind it) comes back after that time, without
+    the retry backoff and without local retries. The Java client's `ConsumeResultSuspend` (at least 50 ms);
+    any other consumer takes it as a FAILURE.
+    """
+
+    __slots__ = ("seconds",)
+
+    seconds: float
+
+    def __init__(self, seconds: float) -> None:
+        if not seconds >= 0.05:
+            raise ValueError(f"suspend time cannot be less than 0.05 s, got {seconds!r}")
+        object.__setattr__(self, "seconds", float(seconds))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("ConsumeSuspend is immutable")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ConsumeSuspend) and other.seconds == self.seconds
+
+    def __hash__(self) -> int:
+        return hash(("ConsumeSuspend", self.seconds))
+
+    def __repr__(self) -> str:
+        return f"ConsumeSuspend({self.seconds:g})"
 
 
 class TransactionResolution(enum.Enum):

@@ -66,13 +66,17 @@ from thrust._push.settler import Settler
 from thrust._push.tracing import traced_invoke
 from thrust.config import ClientConfig, ClientConfigFields
 from thrust.errors import ClientClosedError, ThrustError, validation_error
-from thrust.message import ConsumeResult, FilterExpression, ReceivedMessage
+from thrust.message import ConsumeResult, ConsumeSuspend, FilterExpression, ReceivedMessage
 
 __all__ = ["Listener", "PushConsumer", "PushConsumerStats", "QueueStats"]
 
-Listener: TypeAlias = Callable[[ReceivedMessage], "ConsumeResult | Awaitable[ConsumeResult | None] | None"]
+Listener: TypeAlias = Callable[
+    [ReceivedMessage],
+    "ConsumeResult | ConsumeSuspend | Awaitable[ConsumeResult | ConsumeSuspend | None] | None",
+]
 """A push consumer's listener: a plain function, or an `async def`, of one message returning
-`ConsumeResult` or None (None is SUCCESS: see `PushConsumer`)."""
+`ConsumeResult` or None (None is SUCCESS: see `PushConsumer`), or for a `LitePushConsumer` a
+`ConsumeSuspend`."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -338,6 +342,9 @@ class PushConsumer:
             async_concurrency=self.async_concurrency,
             name="thrust-consume",
             invoke=invoke,
+            # A lite push consumer's listener may put a lite topic aside (`ConsumeSuspend`); for any other
+            # consumer that result is a failure, as Java's `convertSuspendResultIfNeeded` makes it.
+            passthrough=ConsumeSuspend if self._client_type == pb.LITE_PUSH_CONSUMER else None,
         )
         settler.start(session, executor.submit)
         self._receiver.start(session, settler.hand_over)

@@ -277,3 +277,87 @@ def test_the_lite_topic_quota_is_a_typed_error_and_not_retried() -> None:
             await producer.send(thrust.Message(topic="chat", body=b"y", lite_topic="one"))
 
     run(scenario)
+
+
+def test_a_suspended_lite_message_comes_back_after_the_suspend_time() -> None:
+    # Not FIFO: ChangeInvisibleDuration by the suspend time (not the group's 10 s backoff), then the
+    # server's redelivery.
+    group = GroupSpec("svc", retry=GroupRetryPolicy(max_attempts=5, customized=(10.0,)))
+
+    async def scenario() -> None:
+        async with embedded_server(topics=["chat:1:LITE"], groups=[group], auto_create=False) as srv:
+            ep = srv.endpoints[0]
+            seen: list[int] = []
+
+            def listener(message: thrust.ReceivedMessage) -> thrust.ConsumeSuspend | None:
+                seen.append(message.delivery_attempt)
+                return thrust.ConsumeSuspend(0.3) if len(seen) == 1 else None
+
+            async with (
+                thrust.Producer(endpoints=ep, topics=["chat"]) as producer,
+                thrust.LitePushConsumer(endpoints=ep, group="svc", bind_topic="chat", listener=listener) as c,
+            ):
+                await c.subscribe_lite("s")
+                await producer.send(thrust.Message(topic="chat", body=b"x", lite_topic="s"))
+                waited = await until(lambda: len(seen) == 2, timeout=5, what="the suspended message")
+                assert waited < 5
+                await until(lambda: c.stats().acked == 1)
+                assert c.stats().nacked == 1
+
+    run(scenario)
+
+
+def test_a_suspended_fifo_head_puts_its_lite_topic_aside() -> None:
+    # FIFO: the head is suspended, and the messages of its lite topic received behind it are suspended
+    # with it instead of reaching the listener (Java LiteFifoConsumeService); another lite topic goes on.
+    async def scenario() -> None:
+        async with embedded_server(topics=["chat:1:LITE"], groups=["svc:fifo"], auto_create=False) as srv:
+            ep = srv.endpoints[0]
+            seen: list[bytes] = []
+            suspended = False
+
+            def listener(message: thrust.ReceivedMessage) -> thrust.ConsumeSuspend | None:
+                nonlocal suspended
+                seen.append(message.body)
+                if message.body == b"a0" and not suspended:
+                    suspended = True
+                    return thrust.ConsumeSuspend(0.5)
+                return None
+
+            async with thrust.Producer(endpoints=ep, topics=["chat"]) as producer:
+                for body in (b"a0", b"a1", b"a2"):
+                    await producer.send(thrust.Message(topic="chat", body=body, lite_topic="a"))
+            async with thrust.LitePushConsumer(
+                endpoints=ep, group="svc", bind_topic="chat", listener=listener
+            ) as c:
+                await c.subscribe_lite("a")
+                await until(lambda: seen[-3:] == [b"a0", b"a1", b"a2"] and len(seen) == 4, what="a again")
+                assert seen == [b"a0", b"a0", b"a1", b"a2"]
+                await until(lambda: c.stats().acked == 3)
+
+    run(scenario)
+
+
+def test_a_plain_push_consumer_takes_a_suspend_as_a_failure() -> None:
+    group = GroupSpec("g", retry=GroupRetryPolicy(max_attempts=5, customized=(0.2,)))
+
+    async def scenario() -> None:
+        async with embedded_server(topics=["t"], groups=[group]) as srv:
+            ep = srv.endpoints[0]
+            attempts: list[int] = []
+
+            def listener(message: thrust.ReceivedMessage) -> thrust.ConsumeSuspend | None:
+                attempts.append(message.delivery_attempt)
+                return thrust.ConsumeSuspend(30) if len(attempts) == 1 else None
+
+            async with (
+                thrust.Producer(endpoints=ep, topics=["t"]) as producer,
+                thrust.PushConsumer(
+                    endpoints=ep, group="g", subscriptions={"t": "*"}, listener=listener
+                ) as c,
+            ):
+                await producer.send(thrust.Message(topic="t", body=b"x"))
+                await until(lambda: attempts == [1, 2], what="the backoff's redelivery, not 30 s")
+                await until(lambda: c.stats().acked == 1)
+
+    run(scenario)
