@@ -69,6 +69,7 @@ if TYPE_CHECKING:
     # (tests/typing runs mypy --strict on a user program to hold this).
     from thrust import sync as sync
     from thrust.lite_push_consumer import LitePushConsumer, OffsetOption
+    from thrust.lite_simple_consumer import LiteSimpleConsumer
     from thrust.push_consumer import PushConsumer
     from thrust.simple_consumer import SimpleConsumer
 
@@ -90,6 +91,7 @@ __all__ = [
     "InternalError",
     "InvalidReceiptHandleError",
     "LitePushConsumer",
+    "LiteSimpleConsumer",
     "LiteSubscriptionQuotaExceededError",
     "LiteTopicQuotaExceededError",
     "Message",
@@ -147,6 +149,10 @@ def __getattr__(name: str) -> _Any:
         from thrust.lite_push_consumer import LitePushConsumer
 
         return LitePushConsumer
+    if name == "LiteSimpleConsumer":
+        from thrust.lite_simple_consumer import LiteSimpleConsumer
+
+        return LiteSimpleConsumer
     if name == "OffsetOption":
         from thrust.lite_push_consumer import OffsetOption
 

@@ -17,9 +17,10 @@ async with thrust.LitePushConsumer(
 
 Composition, not a copy: the receiving, the listener pool and the settling are a `PushConsumer`'s,
 subscribed to the bound topic with `*`, which announces itself as a LITE_PUSH_CONSUMER and settles lite
-messages under their lite topic. What this module adds is the Java client's `LiteSubscriptionManager`
-(apache/rocketmq-clients `java/client/.../impl/consumer/LiteSubscriptionManager.java` and
-`LitePushConsumerImpl.java`): `SyncLiteSubscription` to every endpoint of the route (PARTIAL_ADD on
+messages under their lite topic. What it adds, as the Java client's `LitePushConsumerImpl`, is the lite
+subscription (`thrust._lite.LiteSync`, the Java client's `LiteSubscriptionManager`:
+apache/rocketmq-clients `java/client/.../impl/consumer/LiteSubscriptionManager.java`):
+`SyncLiteSubscription` to every endpoint of the route (PARTIAL_ADD on
 `subscribe_lite`, PARTIAL_REMOVE on `unsubscribe_lite`, COMPLETE_ADD of the whole set right after start
 and every 30 s), the quota and name-size checks from the server's Settings before any I/O, and the
 server's NotifyUnsubscribeLiteCommand, which drops a lite topic from the set.
@@ -27,111 +28,28 @@ server's NotifyUnsubscribeLiteCommand, which drops a lite topic from the set.
 
 from __future__ import annotations
 
-import asyncio
-import dataclasses
-import logging
-from collections.abc import Iterable
 from types import TracebackType
-from typing import ClassVar, Unpack
+from typing import Unpack
 
 from thrust._client import client_config as _config
-from thrust._codec import validation
-from thrust._codec.status import Code
-from thrust._core.endpoints import Endpoint
-from thrust._core.lite import LiteSubscription
-from thrust._io.session import ClientSession
+from thrust._lite import RESYNC_INTERVAL, LiteSync, OffsetOption
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as pb
-from thrust._proto.apache.rocketmq.v2 import service_pb2 as spb
 from thrust._push.model import ACK_RETRY_WINDOW, MiB
 from thrust.config import ClientConfig, ClientConfigFields
-from thrust.errors import ClientClosedError, error_for_status, validation_error
+from thrust.errors import ClientClosedError
 from thrust.push_consumer import Listener, PushConsumer, PushConsumerStats
 
 __all__ = ["LitePushConsumer", "OffsetOption"]
 
-logger = logging.getLogger("thrust.lite")
-
-#: The Java client's full resync period (`LiteSubscriptionManager.startUp`: every 30 s).
-RESYNC_INTERVAL = 30.0
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class OffsetOption:
-    """Where a group starts reading a lite topic it subscribes to (`subscribe_lite(..., offset=...)`), as the
-    Java client's `OffsetOption`: `OffsetOption.MIN` (the oldest retained message), `OffsetOption.MAX`
-    (only messages sent from now on), `OffsetOption.LAST` (where the group left off: the default),
-    `OffsetOption.at(n)` (offset n), `OffsetOption.tail(n)` (n messages back from where the group is) or
-    `OffsetOption.since(epoch_seconds)` (which upstream 5.5.0 ignores for now, and so does `thrust serve`).
-    """
-
-    kind: str
-    value: int = 0
-
-    MIN: ClassVar[OffsetOption]
-    MAX: ClassVar[OffsetOption]
-    LAST: ClassVar[OffsetOption]
-
-    @staticmethod
-    def at(offset: int) -> OffsetOption:
-        """Start at queue offset `offset` of the lite topic."""
-        return OffsetOption("offset", int(offset))
-
-    @staticmethod
-    def tail(count: int) -> OffsetOption:
-        """Start `count` messages before the group's current position."""
-        return OffsetOption("tail", int(count))
-
-    @staticmethod
-    def since(timestamp: float) -> OffsetOption:
-        """Start at the first message stored at or after `timestamp` (epoch seconds)."""
-        return OffsetOption("timestamp", int(timestamp * 1000))
-
-    def to_pb(self) -> pb.OffsetOption:
-        """The protocol's `OffsetOption`."""
-        policy = pb.OffsetOption.Policy
-        if self.kind == "min":
-            return pb.OffsetOption(policy=policy.MIN)
-        if self.kind == "max":
-            return pb.OffsetOption(policy=policy.MAX)
-        if self.kind == "last":
-            return pb.OffsetOption(policy=policy.LAST)
-        if self.kind == "offset":
-            return pb.OffsetOption(offset=self.value)
-        if self.kind == "tail":
-            return pb.OffsetOption(tail_n=self.value)
-        return pb.OffsetOption(timestamp=self.value)
-
-
-OffsetOption.MIN = OffsetOption("min")
-OffsetOption.MAX = OffsetOption("max")
-OffsetOption.LAST = OffsetOption("last")
-
 
 class _Hooks:
-    """What the push consumer's Telemetry handler passes on: Settings and the unsubscribe notice."""
+    """What the push consumer's Telemetry handler passes on: the server's unsubscribe notice."""
 
-    def __init__(self, owner: LitePushConsumer) -> None:
-        self._owner = owner
-
-    def on_settings(self, settings: pb.Settings) -> None:
-        if not settings.HasField("subscription"):
-            return
-        sub = settings.subscription
-        self._owner._lite.apply_settings(
-            sub.lite_subscription_quota if sub.HasField("lite_subscription_quota") else None,
-            sub.max_lite_topic_size if sub.HasField("max_lite_topic_size") else None,
-        )
+    def __init__(self, sync: LiteSync) -> None:
+        self._sync = sync
 
     def on_unsubscribed(self, lite_topic: str) -> None:
-        owner = self._owner
-        if lite_topic and owner._lite.discard(lite_topic):
-            owner.unsubscribe_notices += 1
-            logger.info(
-                "the server unsubscribed lite topic %r of %r (group %r)",
-                lite_topic,
-                owner.bind_topic,
-                owner.group,
-            )
+        self._sync.on_unsubscribed(lite_topic)
 
 
 class LitePushConsumer:
@@ -176,8 +94,6 @@ class LitePushConsumer:
         scan_interval: float = 5.0,
         **connection: Unpack[ClientConfigFields],
     ) -> None:
-        if not resync_interval > 0:
-            raise ValueError("resync_interval must be > 0")
         config = _config("LitePushConsumer", config, connection)
         self._push = PushConsumer(
             config,
@@ -197,19 +113,18 @@ class LitePushConsumer:
             scan_interval=scan_interval,
         )
         self._push._client_type = pb.LITE_PUSH_CONSUMER
-        self._push._lite_hooks = _Hooks(self)
         self.config = self._push.config
         self.group = group
         self.bind_topic = bind_topic
-        self.resync_interval = resync_interval
-        self.unsubscribe_notices = 0
-        self._lite = LiteSubscription()
-        self._topic_pb = pb.Resource(resource_namespace=self.config.namespace, name=bind_topic)
-        self._group_pb = pb.Resource(resource_namespace=self.config.namespace, name=group)
-        # Subscribing, unsubscribing and the full resync one at a time: a resync's snapshot taken while a
-        # PARTIAL_ADD is on its way would otherwise remove that lite topic again.
-        self._lock = asyncio.Lock()
-        self._resync_task: asyncio.Task[None] | None = None
+        namespace = self.config.namespace
+        self._lite = LiteSync(
+            bind_topic=bind_topic,
+            topic_pb=pb.Resource(resource_namespace=namespace, name=bind_topic),
+            group_pb=pb.Resource(resource_namespace=namespace, name=group),
+            session=lambda: self._push.session,
+            resync_interval=resync_interval,
+        )
+        self._push._lite_hooks = _Hooks(self._lite)
         self._closing = False
 
     @property
@@ -224,17 +139,26 @@ class LitePushConsumer:
     @property
     def lite_topics(self) -> frozenset[str]:
         """The subscribed lite topics."""
-        return frozenset(self._lite.names)
+        return frozenset(self._lite.subscription.names)
+
+    @property
+    def resync_interval(self) -> float:
+        return self._lite.resync_interval
+
+    @property
+    def unsubscribe_notices(self) -> int:
+        """How many lite topics the server took away (NotifyUnsubscribeLiteCommand)."""
+        return self._lite.unsubscribe_notices
 
     @property
     def lite_subscription_quota(self) -> int | None:
         """The server's `lite_subscription_quota` (None until a server sent one)."""
-        return self._lite.quota
+        return self._lite.subscription.quota
 
     @property
     def max_lite_topic_size(self) -> int:
         """The longest lite topic name in UTF-8 bytes (the server's, else 64)."""
-        return self._lite.max_size
+        return self._lite.subscription.max_size
 
     # -- lifecycle -----------------------------------------------------------------------------------------
 
@@ -243,11 +167,7 @@ class LitePushConsumer:
         if self._closing:
             raise ClientClosedError("the consumer is closed")
         await self._push.start()
-        if self._resync_task is None:
-            await self._resync_once()  # Java's startUp: syncAllLiteSubscription first
-            self._resync_task = asyncio.get_running_loop().create_task(
-                self._resync_loop(), name="thrust-lite-resync"
-            )
+        await self._lite.start()
 
     async def __aenter__(self) -> LitePushConsumer:
         await self.start()
@@ -262,10 +182,7 @@ class LitePushConsumer:
         """Stop the resync and close the push consumer (`PushConsumer.close`); the server drops this
         client's lite subscriptions when it leaves. Idempotent."""
         self._closing = True
-        task = self._resync_task
-        if task is not None and not task.done():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        await self._lite.close()
         await self._push.close()
 
     # -- lite subscriptions ------------------------------------------------------------------------------
@@ -283,20 +200,7 @@ class LitePushConsumer:
             ClientClosedError: the consumer is not running.
             ThrustError: a broker refused it (the subscription is not recorded then).
         """
-        session = await self._running()
-        async with self._lock:
-            if lite_topic in self._lite:
-                return
-            endpoints = await self._endpoints(session)  # the Settings (quota, size) arrive with the sessions
-            try:
-                self._lite.check_add(lite_topic)
-            except validation.Invalid as exc:
-                if exc.code == Code.LITE_SUBSCRIPTION_QUOTA_EXCEEDED:
-                    raise error_for_status(exc.code, exc.message) from None
-                raise validation_error(exc.message, exc.code) from None
-            await self._sync(session, endpoints, pb.PARTIAL_ADD, (lite_topic,), offset)
-            self._lite.add(lite_topic)
-        logger.info("subscribed lite topic %r of %r (group %r)", lite_topic, self.bind_topic, self.group)
+        await self._lite.subscribe(lite_topic, offset)
 
     async def unsubscribe_lite(self, lite_topic: str) -> None:
         """Stop receiving `lite_topic`; no-op when not subscribed. Messages already received are still
@@ -306,67 +210,7 @@ class LitePushConsumer:
             ClientClosedError: the consumer is not running.
             ThrustError: a broker refused it (the lite topic stays subscribed then).
         """
-        session = await self._running()
-        async with self._lock:
-            if lite_topic not in self._lite:
-                return
-            endpoints = await self._endpoints(session)
-            await self._sync(session, endpoints, pb.PARTIAL_REMOVE, (lite_topic,), None)
-            self._lite.discard(lite_topic)
-        logger.info("unsubscribed lite topic %r of %r (group %r)", lite_topic, self.bind_topic, self.group)
-
-    async def _running(self) -> ClientSession:
-        if self._closing:
-            raise ClientClosedError("the consumer is closed")
-        if self._resync_task is None:
-            raise ClientClosedError("the consumer is not started: await start() or use `async with`")
-        return self._push.session
-
-    async def _endpoints(self, session: ClientSession) -> list[Endpoint]:
-        route = await session.route(self.bind_topic)
-        endpoints = sorted(route.endpoints, key=str)
-        # Each endpoint's session is its Settings handshake: after it, the quota and size are known.
-        await asyncio.gather(*(session.session(e) for e in endpoints))
-        return list(endpoints)
-
-    async def _sync(
-        self,
-        session: ClientSession,
-        endpoints: Iterable[Endpoint],
-        action: int,
-        names: Iterable[str],
-        offset: OffsetOption | None,
-    ) -> None:
-        """One SyncLiteSubscription to every endpoint of the route (Java sends it to all of them)."""
-        request = spb.SyncLiteSubscriptionRequest(
-            action=action,  # type: ignore[arg-type]
-            topic=self._topic_pb,
-            group=self._group_pb,
-            lite_topic_set=list(names),
-        )
-        if offset is not None:
-            request.offset_option.CopyFrom(offset.to_pb())
-        await asyncio.gather(*(session.call(e, "SyncLiteSubscription", request) for e in endpoints))
-
-    async def _resync_once(self) -> None:
-        """COMPLETE_ADD of the whole set (`syncAllLiteSubscription`); failures are logged, as Java does."""
-        try:
-            session = self._push.session
-            async with self._lock:
-                endpoints = await self._endpoints(session)
-                self._lite.check_quota(0)
-                await self._sync(session, endpoints, pb.COMPLETE_ADD, self._lite.names, None)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            logger.warning(
-                "lite subscription resync of %r (group %r) failed: %s", self.bind_topic, self.group, exc
-            )
-
-    async def _resync_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.resync_interval)
-            await self._resync_once()
+        await self._lite.unsubscribe(lite_topic)
 
     # -- statistics ---------------------------------------------------------------------------------------
 
@@ -377,5 +221,5 @@ class LitePushConsumer:
     def __repr__(self) -> str:
         return (
             f"<LitePushConsumer group={self.group!r} bind_topic={self.bind_topic!r} "
-            f"lite_topics={len(self._lite)} quota={self._lite.quota}>"
+            f"lite_topics={len(self._lite.subscription)} quota={self._lite.subscription.quota}>"
         )

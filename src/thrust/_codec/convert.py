@@ -295,6 +295,8 @@ def server_settings_from_pb(settings: pb.Settings) -> ServerSettings:
     polling: float | None = None
     max_body: int | None = None
     validate: bool | None = None
+    lite_quota: int | None = None
+    lite_size: int | None = None
     kind = settings.WhichOneof("pub_sub")
     if kind == "subscription":
         sub = settings.subscription
@@ -302,6 +304,10 @@ def server_settings_from_pb(settings: pb.Settings) -> ServerSettings:
         batch = sub.receive_batch_size if sub.HasField("receive_batch_size") else None
         if sub.HasField("long_polling_timeout"):
             polling = duration_seconds(sub.long_polling_timeout)
+        if sub.HasField("lite_subscription_quota"):
+            lite_quota = sub.lite_subscription_quota
+        if sub.HasField("max_lite_topic_size"):
+            lite_size = sub.max_lite_topic_size
     elif kind == "publishing":
         pub = settings.publishing
         max_body = pub.max_body_size or None
@@ -316,6 +322,8 @@ def server_settings_from_pb(settings: pb.Settings) -> ServerSettings:
         max_body_size=max_body,
         validate_message_type=validate,
         metric_on=metric,
+        lite_subscription_quota=lite_quota,
+        max_lite_topic_size=lite_size,
     )
 
 

@@ -17,10 +17,8 @@ from thrust.message import ConsumeResult, ReceivedMessage
 
 
 class LiteHooks(Protocol):
-    """What a `LitePushConsumer` hears from the Telemetry stream beside its push consumer's commands."""
-
-    def on_settings(self, settings: pb.Settings) -> None:
-        """The server's Settings (its lite subscription quota and longest lite topic name)."""
+    """What a `LitePushConsumer` hears from the Telemetry stream beside its push consumer's commands (the
+    lite limits of the server's Settings are in `ClientSettings`)."""
 
     def on_unsubscribed(self, lite_topic: str) -> None:
         """NotifyUnsubscribeLiteCommand: the server took this lite topic away."""
@@ -85,8 +83,6 @@ class PushCommands(TelemetryHandler):
     def on_settings(self, endpoint: Endpoint, settings: pb.Settings) -> None:
         # The session has merged them already (fifo, backoff: read where used).
         self._settings_changed()
-        if self._lite is not None:
-            self._lite.on_settings(settings)
 
     def on_notify_unsubscribe_lite(
         self, endpoint: Endpoint, command: spb.NotifyUnsubscribeLiteCommand
