@@ -718,7 +718,9 @@ class Broker:
         self, info: TopicInfo, ginfo: GroupInfo, lite_topic: str, offset: tuple[str, int]
     ) -> None:
         kind, value = offset
-        tq = self._lite_queues(info, lite_topic)
+        tq = self._store.get(lmq_name(info.name, lite_topic))
+        if tq is None:
+            return  # no message yet: the group starts at its first one anyway
         log = tq.logs[0]
         name = tq.name
         old = self._subs.get(ginfo.name, name)
