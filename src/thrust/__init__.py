@@ -38,6 +38,8 @@ from thrust.errors import (
     ForbiddenError,
     InternalError,
     InvalidReceiptHandleError,
+    LiteSubscriptionQuotaExceededError,
+    LiteTopicQuotaExceededError,
     MessageCorruptedError,
     NotFoundError,
     PayloadTooLargeError,
@@ -50,6 +52,7 @@ from thrust.errors import (
 )
 from thrust.message import (
     ConsumeResult,
+    ConsumeSuspend,
     FilterExpression,
     FilterType,
     Message,
@@ -65,6 +68,8 @@ if TYPE_CHECKING:
     # would be typed by `__getattr__`'s return type, Any, and nothing a user passes to it would be checked
     # (tests/typing runs mypy --strict on a user program to hold this).
     from thrust import sync as sync
+    from thrust.lite_push_consumer import LitePushConsumer, OffsetOption
+    from thrust.lite_simple_consumer import LiteSimpleConsumer
     from thrust.push_consumer import PushConsumer
     from thrust.simple_consumer import SimpleConsumer
 
@@ -78,16 +83,22 @@ __all__ = [
     "ClientConfig",
     "ConnectionError",
     "ConsumeResult",
+    "ConsumeSuspend",
     "Credentials",
     "FilterExpression",
     "FilterType",
     "ForbiddenError",
     "InternalError",
     "InvalidReceiptHandleError",
+    "LitePushConsumer",
+    "LiteSimpleConsumer",
+    "LiteSubscriptionQuotaExceededError",
+    "LiteTopicQuotaExceededError",
     "Message",
     "MessageCorruptedError",
     "MessageType",
     "NotFoundError",
+    "OffsetOption",
     "PayloadTooLargeError",
     "Producer",
     "PushConsumer",
@@ -134,6 +145,18 @@ def __getattr__(name: str) -> _Any:
         from thrust.push_consumer import PushConsumer
 
         return PushConsumer
+    if name == "LitePushConsumer":
+        from thrust.lite_push_consumer import LitePushConsumer
+
+        return LitePushConsumer
+    if name == "LiteSimpleConsumer":
+        from thrust.lite_simple_consumer import LiteSimpleConsumer
+
+        return LiteSimpleConsumer
+    if name == "OffsetOption":
+        from thrust.lite_push_consumer import OffsetOption
+
+        return OffsetOption
     raise AttributeError(f"module 'thrust' has no attribute {name!r}")
 
 

@@ -45,8 +45,9 @@ class Consumable(Protocol):
 
 T = TypeVar("T", bound=Consumable)
 
-# (item, ok): ok is True only when the listener returned the success value.
-Results = list[tuple[T, bool]]
+# (item, outcome): True when the listener returned the success value (or None), False for a failure, or the
+# listener's own result when it is of the executor's `passthrough` type (a lite consumer's `ConsumeSuspend`).
+Results = list[tuple[T, object]]
 
 
 class RateLimitedLog:
@@ -112,6 +113,9 @@ class ListenerExecutor(Generic[T]):
     `invoke`, when given, is called with the item instead of `listener(item.message)` (an `async def` when
     the listener is one): an instrumented consumer wraps the listener's call in its process span there,
     on the thread or task that runs it (`thrust._push.tracing`). None costs one check per message.
+
+    `passthrough`, when given, is a type of result reported as it is instead of as a failure (a lite push
+    consumer's `ConsumeSuspend`); looked at only when the result is not the success value.
     """
 
     def __init__(
@@ -125,6 +129,7 @@ class ListenerExecutor(Generic[T]):
         name: str = "thrust-consume",
         failure_log_interval: float = 10.0,
         invoke: Callable[[T], Any] | None = None,
+        passthrough: type | None = None,
     ) -> None:
         if thread_count < 1:
             raise ValueError("thread_count must be >= 1")
@@ -132,6 +137,7 @@ class ListenerExecutor(Generic[T]):
             raise ValueError("async_concurrency must be >= 1")
         self._listener = listener
         self._invoke = invoke
+        self._passthrough = passthrough
         self._success = success
         self._on_results = on_results
         self._loop = asyncio.get_running_loop()
@@ -145,7 +151,7 @@ class ListenerExecutor(Generic[T]):
         self._in_flight = 0
         # Results on their way back to the loop. `_wake_pending` is True from the first append after a drain
         # until the next drain: exactly one wake-up is scheduled for a burst.
-        self._results: collections.deque[tuple[T, bool]] = collections.deque()
+        self._results: collections.deque[tuple[T, object]] = collections.deque()
         self._out_lock = threading.Lock()
         self._wake_pending = False
         self._idle_waiter: asyncio.Future[None] | None = None
@@ -214,7 +220,7 @@ class ListenerExecutor(Generic[T]):
         self.stats.drains += 1
         failed = 0
         for _, ok in batch:
-            if not ok:
+            if ok is not True:
                 failed += 1
         self.stats.completed += len(batch)
         self.stats.failed += failed
@@ -312,23 +318,32 @@ class ListenerExecutor(Generic[T]):
                     self._in_flight += 1
                     if self._in_flight > self.stats.peak_in_flight:
                         self.stats.peak_in_flight = self._in_flight
+                outcome: object
                 try:
                     result = listener(item.message) if invoke is None else invoke(item)
-                    ok = result is success or result is None or result == success
+                    outcome = ok = result is success or result is None or result == success
                     if not ok:
-                        self._bad_result(result)
+                        outcome = self._not_ok(result)
                 except BaseException as exc:  # any exception is a FAILURE, never fatal to the worker
-                    ok = False
+                    outcome = False
                     self._log.failure(f"raised {type(exc).__name__}", exc)
                 with cond:
                     self._in_flight -= 1
-                self._post(item, ok)
+                self._post(item, outcome)
         finally:
             with cond:
                 self._alive_threads -= 1
                 last = self._alive_threads == 0
             if last:
                 self._call_loop(self._maybe_idle)
+
+    def _not_ok(self, result: object) -> object:
+        """The outcome of a result that is not the success value: a `passthrough` result as it is, else
+        False (a failure, logged unless it is a FAILURE value)."""
+        if self._passthrough is not None and type(result) is self._passthrough:
+            return result
+        self._bad_result(result)
+        return False
 
     def _bad_result(self, result: object) -> None:
         if inspect.isawaitable(result):
@@ -339,7 +354,7 @@ class ListenerExecutor(Generic[T]):
         elif result is None or not _looks_like_consume_result(result):
             self._log.failure(f"returned {type(result).__name__}, not a ConsumeResult", None)
 
-    def _post(self, item: T, ok: bool) -> None:
+    def _post(self, item: T, ok: object) -> None:
         with self._out_lock:
             self._results.append((item, ok))
             wake = not self._wake_pending
@@ -396,23 +411,24 @@ class ListenerExecutor(Generic[T]):
                 self._in_flight += 1
                 if self._in_flight > self.stats.peak_in_flight:
                     self.stats.peak_in_flight = self._in_flight
+                outcome: object
                 try:
                     result = await (listener(item.message) if invoke is None else invoke(item))
-                    ok = result is success or result is None or result == success
+                    outcome = ok = result is success or result is None or result == success
                     if not ok:
-                        self._bad_result(result)
+                        outcome = self._not_ok(result)
                 except Exception as exc:
-                    ok = False
+                    outcome = False
                     self._log.failure(f"raised {type(exc).__name__}", exc)
                 finally:
                     # CancelledError (only close() cancels, after the shutdown bound) passes through: the
                     # message is abandoned and redelivered by the server.
                     self._in_flight -= 1
-                self._post_local(item, ok)
+                self._post_local(item, outcome)
         finally:
             self._runners -= 1
 
-    def _post_local(self, item: T, ok: bool) -> None:
+    def _post_local(self, item: T, ok: object) -> None:
         # On the loop already: no lock contention worth avoiding, but the same coalescing keeps one
         # on_results call per loop iteration instead of one per message.
         with self._out_lock:

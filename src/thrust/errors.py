@@ -22,6 +22,8 @@ __all__ = [
     "ForbiddenError",
     "InternalError",
     "InvalidReceiptHandleError",
+    "LiteSubscriptionQuotaExceededError",
+    "LiteTopicQuotaExceededError",
     "MessageCorruptedError",
     "NotFoundError",
     "PayloadTooLargeError",
@@ -122,6 +124,21 @@ class TooManyRequestsError(ThrustError):
     default_retriable = True
 
 
+class LiteTopicQuotaExceededError(TooManyRequestsError):
+    """LITE_TOPIC_QUOTA_EXCEEDED (42901): the send would create a lite topic beyond the parent topic's quota
+    (the Java client's `LiteTopicQuotaExceededException`, from its StatusChecker). Not retriable."""
+
+    default_retriable = False
+
+
+class LiteSubscriptionQuotaExceededError(TooManyRequestsError):
+    """LITE_SUBSCRIPTION_QUOTA_EXCEEDED (42902): a lite push consumer would subscribe to more lite topics
+    than its `lite_subscription_quota` (raised before any I/O when the client knows the quota, as the Java
+    `LiteSubscriptionManager.checkLiteSubscriptionQuota`, else by the server). Not retriable."""
+
+    default_retriable = False
+
+
 class InternalError(ThrustError):
     """5000x and other server-side failures; a retry may help."""
 
@@ -165,6 +182,8 @@ _EXACT: dict[int, type[ThrustError]] = {
     Code.UNAUTHORIZED: UnauthorizedError,
     Code.FORBIDDEN: ForbiddenError,
     Code.TOO_MANY_REQUESTS: TooManyRequestsError,
+    Code.LITE_TOPIC_QUOTA_EXCEEDED: LiteTopicQuotaExceededError,
+    Code.LITE_SUBSCRIPTION_QUOTA_EXCEEDED: LiteSubscriptionQuotaExceededError,
     Code.REQUEST_TIMEOUT: TimeoutError,
     Code.PAYLOAD_TOO_LARGE: PayloadTooLargeError,
     Code.MESSAGE_BODY_TOO_LARGE: PayloadTooLargeError,

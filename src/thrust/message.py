@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ConsumeResult",
+    "ConsumeSuspend",
     "FilterExpression",
     "FilterType",
     "Message",
@@ -40,6 +41,35 @@ class ConsumeResult(enum.Enum):
 
     SUCCESS = "SUCCESS"
     FAILURE = "FAILURE"
+
+
+class ConsumeSuspend:
+    """What a `LitePushConsumer` listener returns to put a lite topic aside for `seconds`: the message (and,
+    in a FIFO group, the messages of its lite topic received behind it) comes back after that time, without
+    the retry backoff and without local retries. The Java client's `ConsumeResultSuspend` (at least 50 ms);
+    any other consumer takes it as a FAILURE.
+    """
+
+    __slots__ = ("seconds",)
+
+    seconds: float
+
+    def __init__(self, seconds: float) -> None:
+        if not seconds >= 0.05:
+            raise ValueError(f"suspend time cannot be less than 0.05 s, got {seconds!r}")
+        object.__setattr__(self, "seconds", float(seconds))
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("ConsumeSuspend is immutable")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ConsumeSuspend) and other.seconds == self.seconds
+
+    def __hash__(self) -> int:
+        return hash(("ConsumeSuspend", self.seconds))
+
+    def __repr__(self) -> str:
+        return f"ConsumeSuspend({self.seconds:g})"
 
 
 class TransactionResolution(enum.Enum):
@@ -134,9 +164,13 @@ class Message:
         delay: deliver after this many seconds from now (a shortcut for `delivery_time`).
         priority: an int >= 0, for topics created as PRIORITY (others refuse it with
             MESSAGE_PROPERTY_CONFLICT_WITH_TYPE). See "Priority" below.
+        lite_topic: the lite topic (RocketMQ 5.5) of `topic`, which must be a LITE topic: a lightweight
+            ordered sub-channel created by its first message and received by the `LitePushConsumer`s
+            that subscribed to it (docs/lite-topics.md). At most 64 UTF-8 bytes of `[a-zA-Z0-9_-]`.
 
-    A message with `message_group` is FIFO; with a delivery time it is DELAY; with a priority PRIORITY.
-    Those are mutually exclusive (the server answers MESSAGE_PROPERTY_CONFLICT_WITH_TYPE).
+    A message with `message_group` is FIFO; with a delivery time it is DELAY; with a priority PRIORITY;
+    with a lite topic LITE. Those are mutually exclusive (the server answers
+    MESSAGE_PROPERTY_CONFLICT_WITH_TYPE), as are transactions and any of them.
 
     The fields are checked here, as the Java client's `MessageBuilder` does, and against the limits the
     server applies that depend on nothing else (topic name, tag, keys, properties and their 16 KiB, message
@@ -158,6 +192,7 @@ class Message:
         "body",
         "delivery_timestamp",
         "keys",
+        "lite_topic",
         "message_group",
         "priority",
         "properties",
@@ -173,6 +208,7 @@ class Message:
     message_group: str | None
     delivery_timestamp: float | None
     priority: int | None
+    lite_topic: str | None
 
     def __init__(
         self,
@@ -186,6 +222,7 @@ class Message:
         delivery_time: datetime | float | None = None,
         delay: float | None = None,
         priority: int | None = None,
+        lite_topic: str | None = None,
     ) -> None:
         if delay is not None and delivery_time is not None:
             raise ValueError("give either delivery_time or delay, not both")
@@ -209,6 +246,7 @@ class Message:
                 message_group=message_group,
                 delivery_timestamp=timestamp,
                 priority=priority,
+                lite_topic=lite_topic,
             )
         except validation.Invalid as exc:
             raise validation_error(exc.message, exc.code) from None
@@ -221,10 +259,13 @@ class Message:
         s(self, "message_group", message_group)
         s(self, "delivery_timestamp", timestamp)
         s(self, "priority", priority)
+        s(self, "lite_topic", lite_topic)
 
     @property
     def message_type(self) -> MessageType:
         """The type implied by the fields (transactions are chosen by `Producer.transaction()`)."""
+        if self.lite_topic is not None:
+            return MessageType.LITE
         if self.message_group is not None:
             return MessageType.FIFO
         if self.delivery_timestamp is not None:
@@ -239,7 +280,7 @@ class Message:
     def __repr__(self) -> str:
         extra = "".join(
             f", {k}={getattr(self, k)!r}"
-            for k in ("tag", "keys", "message_group", "delivery_timestamp", "priority")
+            for k in ("tag", "keys", "message_group", "delivery_timestamp", "priority", "lite_topic")
             if getattr(self, k)
         )
         return f"Message(topic={self.topic!r}, body=<{len(self.body)} bytes>{extra})"
@@ -305,8 +346,9 @@ class ReceivedMessage:
         born_timestamp / store_timestamp / delivery_timestamp: epoch seconds (None when unknown).
         born_host, queue_id, queue_offset: where it came from.
         receipt_handle: the current handle; `change_invisible_duration` replaces it with the server's new one.
-        message_type: NORMAL, FIFO, DELAY, TRANSACTION or PRIORITY.
+        message_type: NORMAL, FIFO, DELAY, TRANSACTION, PRIORITY or LITE.
         priority: for PRIORITY messages, as sent (see `Message` for what it orders).
+        lite_topic: for LITE messages, the lite topic of `topic` it was sent to, else None.
         trace_context: the `trace_context` system property as the producer set it (a W3C `traceparent`
             when the producer was instrumented: docs/observability.md), or None.
 
@@ -325,6 +367,7 @@ class ReceivedMessage:
         "delivery_attempt",
         "delivery_timestamp",
         "keys",
+        "lite_topic",
         "message_group",
         "message_id",
         "message_type",
@@ -355,6 +398,7 @@ class ReceivedMessage:
     message_type: MessageType
     priority: int | None
     trace_context: str | None
+    lite_topic: str | None
     _receipt_handle: str
     _endpoint: Endpoint | None
     _settler: _Settler | None
@@ -381,11 +425,13 @@ class ReceivedMessage:
         priority: int | None = None,
         endpoint: Endpoint | None = None,
         trace_context: str | None = None,
+        lite_topic: str | None = None,
     ) -> None:
         s = object.__setattr__
         s(self, "topic", topic)
         s(self, "body", body)
         s(self, "message_id", message_id)
+        s(self, "lite_topic", lite_topic)
         s(self, "_receipt_handle", receipt_handle)
         s(self, "tag", tag)
         s(self, "keys", keys)

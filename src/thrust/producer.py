@@ -446,6 +446,8 @@ class Producer:
         batch leaves), or None when it must be sent alone."""
         if not isinstance(message, Message):
             raise TypeError(f"expected thrust.Message, got {type(message).__name__}")
+        if message.lite_topic is not None:
+            return None  # sent alone
         lane = lane_for(
             message.topic,
             message_group=message.message_group,
@@ -923,11 +925,13 @@ def _check_type(message: Message, transactional: bool) -> None:
             message.message_group is not None,
             message.delivery_timestamp is not None,
             message.priority is not None,
+            message.lite_topic is not None,
         )
     )
     if kinds > 1 or (transactional and kinds):
         raise ValidationError(
-            "message group (FIFO), delivery time (DELAY), priority and transactions are exclusive",
+            "message group (FIFO), delivery time (DELAY), priority, lite topic (LITE) and transactions are "
+            "exclusive",
             code=Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
         )
     check(validation.check_priority, message.priority)

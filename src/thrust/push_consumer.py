@@ -59,7 +59,7 @@ from thrust._io.native import resolve_transport
 from thrust._io.session import ClientSession
 from thrust._io.tasks import TaskSet
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as pb
-from thrust._push.commands import PushCommands
+from thrust._push.commands import LiteHooks, PushCommands
 from thrust._push.model import ACK_RETRY_WINDOW, MiB, _Delivery, logger
 from thrust._push.receiver import QueueReceiver
 from thrust._push.scanner import AssignmentScanner
@@ -67,13 +67,17 @@ from thrust._push.settler import Settler
 from thrust._push.tracing import traced_invoke
 from thrust.config import ClientConfig, ClientConfigFields
 from thrust.errors import ClientClosedError, ThrustError, validation_error
-from thrust.message import ConsumeResult, FilterExpression, ReceivedMessage
+from thrust.message import ConsumeResult, ConsumeSuspend, FilterExpression, ReceivedMessage
 
 __all__ = ["Listener", "PushConsumer", "PushConsumerStats", "QueueStats"]
 
-Listener: TypeAlias = Callable[[ReceivedMessage], "ConsumeResult | Awaitable[ConsumeResult | None] | None"]
+Listener: TypeAlias = Callable[
+    [ReceivedMessage],
+    "ConsumeResult | ConsumeSuspend | Awaitable[ConsumeResult | ConsumeSuspend | None] | None",
+]
 """A push consumer's listener: a plain function, or an `async def`, of one message returning
-`ConsumeResult` or None (None is SUCCESS: see `PushConsumer`)."""
+`ConsumeResult` or None (None is SUCCESS: see `PushConsumer`), or for a `LitePushConsumer` a
+`ConsumeSuspend`."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -275,6 +279,9 @@ class PushConsumer:
             spawn=self._tasks.spawn,
         )
         self._session: ClientSession | None = None
+        # Set before `start` by a `LitePushConsumer`, which wraps this consumer (thrust.lite_push_consumer).
+        self._client_type: int = pb.PUSH_CONSUMER
+        self._lite_hooks: LiteHooks | None = None
         self._executor: ListenerExecutor[_Delivery] | None = None
         self._start_task: asyncio.Task[None] | None = None
         self._close_task: asyncio.Task[None] | None = None
@@ -312,7 +319,7 @@ class PushConsumer:
         self._session = session = ClientSession(
             self.config,
             transport=self.transport,
-            client_type=pb.PUSH_CONSUMER,
+            client_type=self._client_type,
             local_settings=local,
             handler=PushCommands(
                 group_pb=self._group_pb,
@@ -321,6 +328,7 @@ class PushConsumer:
                 listener=self.listener,
                 listener_is_async=listener_is_async,
                 settings_changed=self._settings_changed,
+                lite=self._lite_hooks,
             ),
             group=self.group,
         )
@@ -338,6 +346,9 @@ class PushConsumer:
             async_concurrency=self.async_concurrency,
             name="thrust-consume",
             invoke=invoke,
+            # A lite push consumer's listener may put a lite topic aside (`ConsumeSuspend`); for any other
+            # consumer that result is a failure, as Java's `convertSuspendResultIfNeeded` makes it.
+            passthrough=ConsumeSuspend if self._client_type == pb.LITE_PUSH_CONSUMER else None,
         )
         settler.start(session, executor.submit)
         self._receiver.start(session, settler.hand_over)

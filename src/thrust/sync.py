@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator,
 from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, Self, TypeVar
 
+from thrust import lite_push_consumer as _lite
 from thrust import producer as _producer
 from thrust import push_consumer as _push
 from thrust import simple_consumer as _simple
@@ -32,7 +33,7 @@ from thrust._io.rpc import check_grpc_usable
 from thrust.errors import ClientClosedError, ThrustError, TimeoutError
 from thrust.message import FilterExpression, Message, ReceivedMessage, SendReceipt
 
-__all__ = ["Producer", "PushConsumer", "SimpleConsumer", "Transaction"]
+__all__ = ["LitePushConsumer", "Producer", "PushConsumer", "SimpleConsumer", "Transaction"]
 
 T = TypeVar("T")
 S = TypeVar("S")
@@ -459,6 +460,54 @@ class PushConsumer(_SyncClient):
 
     def stats(self) -> _push.PushConsumerStats:
         """A `PushConsumerStats` snapshot (cache, listeners, receives and acks in flight)."""
+        return self._runner.run(_call(self._async.stats))
+
+    def close(self) -> None:
+        """Stop consuming, finish in-flight listeners within the grace, flush acks; idempotent."""
+        self._close(self._async.close)
+
+    def __repr__(self) -> str:
+        return f"sync.{self._async!r}"
+
+
+class LitePushConsumer(_SyncClient):
+    """Blocking `thrust.LitePushConsumer`; it takes exactly the arguments of
+    [`thrust.LitePushConsumer`][thrust.LitePushConsumer].
+
+    ```
+    with thrust.sync.LitePushConsumer(endpoints=..., group="g", bind_topic="chat", listener=handle) as c:
+        c.subscribe_lite("session-42")
+        wait_for_shutdown()
+    ```
+    Consumption starts in the constructor, as `thrust.sync.PushConsumer`'s; `subscribe_lite` and
+    `unsubscribe_lite` block until every broker answered.
+    """
+
+    @_options_of(_lite.LitePushConsumer.__init__)
+    def __init__(self, *args: Any, **options: Any) -> None:
+        self._async = _lite.LitePushConsumer(*args, **options)
+        self._start(self._async.start)
+
+    @property
+    def aio(self) -> _lite.LitePushConsumer:
+        """The asyncio consumer underneath (runs on the library loop thread)."""
+        return self._async
+
+    def subscribe_lite(self, lite_topic: str, offset: _lite.OffsetOption | None = None) -> None:
+        """`LitePushConsumer.subscribe_lite`, blocking."""
+        self._runner.run(self._async.subscribe_lite(lite_topic, offset))
+
+    def unsubscribe_lite(self, lite_topic: str) -> None:
+        """`LitePushConsumer.unsubscribe_lite`, blocking."""
+        self._runner.run(self._async.unsubscribe_lite(lite_topic))
+
+    @property
+    def lite_topics(self) -> frozenset[str]:
+        """The subscribed lite topics."""
+        return self._runner.run(_call(lambda: self._async.lite_topics))
+
+    def stats(self) -> _push.PushConsumerStats:
+        """A `PushConsumerStats` snapshot of the push consumer underneath."""
         return self._runner.run(_call(self._async.stats))
 
     def close(self) -> None:

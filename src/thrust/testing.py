@@ -86,6 +86,10 @@ class ServerOptions(TypedDict, total=False):
     idle_timeout: float
     handshake_timeout: float
     channel_expiry: float
+    lite_ttl: float
+    lite_subscription_quota: int
+    max_lite_topic_size: int
+    max_lite_topics: int
 
 
 class ServerThreadOptions(ServerOptions, total=False):

@@ -275,7 +275,7 @@ def test_settings_validation_and_heartbeat() -> None:
     run(scenario())
 
 
-def test_offset_and_lite_rpcs_answer_not_implemented() -> None:
+def test_offset_rpcs_answer_not_implemented() -> None:
     async def scenario() -> None:
         async with embedded_server(topics=["t"]) as srv, Wire(srv.endpoints[0]) as w:
             mq = d.MessageQueue(topic=d.Resource(name="t"), id=0)
@@ -295,10 +295,6 @@ def test_offset_and_lite_rpcs_answer_not_implemented() -> None:
                 )
             ]
             assert [r.status.code for r in pulled] == [Code.NOT_IMPLEMENTED]
-            lite = await w.stub.SyncLiteSubscription(
-                s.SyncLiteSubscriptionRequest(group=group), metadata=w.md
-            )
-            assert lite.status.code == Code.NOT_IMPLEMENTED
 
     run(scenario())
 

@@ -15,7 +15,7 @@ import pytest
 import thrust
 import thrust.sync
 
-CLIENTS = ["Producer", "SimpleConsumer", "PushConsumer"]
+CLIENTS = ["Producer", "SimpleConsumer", "PushConsumer", "LitePushConsumer"]
 
 
 @pytest.mark.parametrize("name", CLIENTS)
@@ -47,6 +47,7 @@ REQUIRED = {
     "Producer": {},
     "SimpleConsumer": {"group": "g", "subscriptions": {"t": "*"}},
     "PushConsumer": {"group": "g", "subscriptions": {"t": "*"}, "listener": print},
+    "LitePushConsumer": {"group": "g", "bind_topic": "t", "listener": print},
 }
 
 

@@ -130,6 +130,8 @@ def message_to_pb(
         sp.message_type = pb.TRANSACTION
         if transaction_recovery is not None:
             sp.orphaned_transaction_recovery_duration.CopyFrom(duration(transaction_recovery))
+    elif message.lite_topic is not None:
+        sp.message_type = pb.LITE
     elif message.message_group is not None:
         sp.message_type = pb.FIFO
     elif message.delivery_timestamp is not None:
@@ -144,6 +146,8 @@ def message_to_pb(
         sp.delivery_timestamp.CopyFrom(timestamp(message.delivery_timestamp))
     if message.priority is not None:
         sp.priority = message.priority
+    if message.lite_topic is not None:
+        sp.lite_topic = message.lite_topic
     if message.properties:
         out.user_properties.update(message.properties)
     return out
@@ -222,6 +226,7 @@ def received_from_pb(message: pb.Message, endpoint: Endpoint | None = None) -> R
         priority=sp.priority if has("priority") else None,
         endpoint=endpoint,
         trace_context=sp.trace_context if has("trace_context") else None,
+        lite_topic=sp.lite_topic if has("lite_topic") else None,
     )
 
 
@@ -290,6 +295,8 @@ def server_settings_from_pb(settings: pb.Settings) -> ServerSettings:
     polling: float | None = None
     max_body: int | None = None
     validate: bool | None = None
+    lite_quota: int | None = None
+    lite_size: int | None = None
     kind = settings.WhichOneof("pub_sub")
     if kind == "subscription":
         sub = settings.subscription
@@ -297,6 +304,10 @@ def server_settings_from_pb(settings: pb.Settings) -> ServerSettings:
         batch = sub.receive_batch_size if sub.HasField("receive_batch_size") else None
         if sub.HasField("long_polling_timeout"):
             polling = duration_seconds(sub.long_polling_timeout)
+        if sub.HasField("lite_subscription_quota"):
+            lite_quota = sub.lite_subscription_quota
+        if sub.HasField("max_lite_topic_size"):
+            lite_size = sub.max_lite_topic_size
     elif kind == "publishing":
         pub = settings.publishing
         max_body = pub.max_body_size or None
@@ -311,6 +322,8 @@ def server_settings_from_pb(settings: pb.Settings) -> ServerSettings:
         max_body_size=max_body,
         validate_message_type=validate,
         metric_on=metric,
+        lite_subscription_quota=lite_quota,
+        max_lite_topic_size=lite_size,
     )
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "DEFAULT_INVISIBLE_SECONDS",
     "GROUP_MAX_LENGTH",
     "INT32_MAX",
+    "LITE_TOPIC_MAX_SIZE",
     "MAX_BODY_SIZE",
     "MAX_DELAY_SECONDS",
     "MAX_INVISIBLE_SECONDS",
@@ -56,6 +57,7 @@ __all__ = [
     "check_group",
     "check_invisible_duration",
     "check_keys",
+    "check_lite_topic",
     "check_message_group",
     "check_message_id",
     "check_new_message",
@@ -158,6 +160,9 @@ MAX_USER_PROPERTY_SIZE: Final = 16 * 1024
 """`ProxyConfig.maxUserPropertySize`: UTF-8 bytes of property keys + values + tag + message keys."""
 
 MESSAGE_GROUP_MAX_SIZE: Final = 64
+LITE_TOPIC_MAX_SIZE: Final = 64
+"""The proxy's `maxLiteTopicSize` (5.5.0 `ProxyConfig`, UTF-8 bytes); Settings carry the server's value as
+`Subscription.max_lite_topic_size`."""
 """`ProxyConfig.maxMessageGroupSize`. The proxy rejects a group whose UTF-8 encoding is *at least* this
 long, so the longest accepted message group is 63 bytes."""
 
@@ -248,6 +253,7 @@ RESERVED_PROPERTY_KEYS: Final = frozenset(
 # TopicValidator.VALID_CHAR_BIT_MAP, i.e. ^[%|a-zA-Z0-9_-]+$ (the proxy accepts '|' in names; the Java
 # 5.x client's own pattern does not, which only makes that client stricter).
 _NAME_RE: Final = re.compile(r"[%|a-zA-Z0-9_-]+")
+_LITE_TOPIC_RE: Final = re.compile(r"[a-zA-Z0-9_-]+")
 
 # Character.isWhitespace: separators other than the no-break spaces, plus these ASCII controls.
 _JAVA_WHITESPACE_CONTROLS: Final = frozenset("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f")
@@ -377,6 +383,20 @@ def check_message_group(message_group: str | None, *, max_size: int = MESSAGE_GR
         raise Invalid(Code.ILLEGAL_MESSAGE_GROUP, f"message group exceed the max size {max_size}")
     if contains_control_character(message_group):
         raise Invalid(Code.ILLEGAL_MESSAGE_GROUP, "message group cannot contain control character")
+
+
+def check_lite_topic(lite_topic: str, *, max_size: int = LITE_TOPIC_MAX_SIZE) -> None:
+    """A lite topic name, as the 5.5.0 proxy's `GrpcValidator.validateLiteTopic`: not blank, at most
+    `max_size` UTF-8 bytes (64 by default), only `[a-zA-Z0-9_-]`; else ILLEGAL_LITE_TOPIC."""
+    if not lite_topic or is_blank(lite_topic):
+        raise Invalid(Code.ILLEGAL_LITE_TOPIC, "lite topic cannot be the char sequence of whitespace")
+    if max_size > 0 and _utf8_size(lite_topic) > max_size:
+        raise Invalid(Code.ILLEGAL_LITE_TOPIC, f"lite topic exceed the max size {max_size}")
+    if not _LITE_TOPIC_RE.fullmatch(lite_topic):
+        raise Invalid(
+            Code.ILLEGAL_LITE_TOPIC,
+            "lite topic can only contain alphanumeric characters, hyphens(-), and underscores(_)",
+        )
 
 
 def check_properties(
@@ -640,6 +660,7 @@ def check_new_message(
     message_group: str | None,
     delivery_timestamp: float | None,
     priority: int | None,
+    lite_topic: str | None = None,
 ) -> None:
     """The checks a message passes when it is built (`thrust.Message`), before any producer sees it: what
     does not depend on the server's settings or the clock. The client only; the server never calls it.
@@ -654,7 +675,8 @@ def check_new_message(
     settings, the topic's type, the delivery time against its clock). The types are checked too (Java's are
     static, the annotations here are what a caller should pass): a `str` body or a non-string key or
     property is refused here rather than by protobuf at send. A priority excludes a message group and a
-    delivery time (the proxy's MESSAGE_PROPERTY_CONFLICT_WITH_TYPE); Java's builder predates priorities."""
+    delivery time (the proxy's MESSAGE_PROPERTY_CONFLICT_WITH_TYPE); Java's builder predates priorities.
+    A lite topic (`check_lite_topic`) excludes the three (Java's `MessageBuilderImpl.setLiteTopic`)."""
     if not isinstance(topic, str):
         raise Invalid(Code.ILLEGAL_TOPIC, f"topic must be a str, not {type(topic).__name__}")
     check_topic(topic)
@@ -693,8 +715,20 @@ def check_new_message(
             raise Invalid(Code.ILLEGAL_MESSAGE_GROUP, "message group should not be blank")
         check_message_group(message_group)
     check_priority(priority)
-    if sum((message_group is not None, delivery_timestamp is not None, priority is not None)) > 1:
+    if lite_topic is not None:
+        if not isinstance(lite_topic, str):
+            raise Invalid(
+                Code.ILLEGAL_LITE_TOPIC, f"lite topic must be a str, not {type(lite_topic).__name__}"
+            )
+        check_lite_topic(lite_topic)
+    kinds = (
+        message_group is not None,
+        delivery_timestamp is not None,
+        priority is not None,
+        lite_topic is not None,
+    )
+    if sum(kinds) > 1:
         raise Invalid(
             Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
-            "message group (FIFO), delivery time (DELAY) and priority are exclusive",
+            "message group (FIFO), delivery time (DELAY), priority and lite topic (LITE) are exclusive",
         )

@@ -60,6 +60,10 @@ class ClientSettings:
         max_body_size: producer-side body limit (proxy: 4 MiB).
         validate_message_type: the producer checks a queue's accepted message types before sending.
         metric_on: the server asks for client metrics (proxy default off).
+        lite_subscription_quota: lite topics a lite consumer may subscribe to (RocketMQ 5.5; None until a
+            server sent one).
+        max_lite_topic_size: the longest lite topic name, UTF-8 bytes (the 5.5 proxy's 64 until a server
+            sent one).
     """
 
     request_timeout: float = 3.0
@@ -71,6 +75,8 @@ class ClientSettings:
     max_body_size: int = 4 * MiB
     validate_message_type: bool = True
     metric_on: bool = False
+    lite_subscription_quota: int | None = None
+    max_lite_topic_size: int = 64
 
     @classmethod
     def for_producer(cls) -> ClientSettings:
@@ -160,6 +166,8 @@ class ServerSettings:
     max_body_size: int | None = None
     validate_message_type: bool | None = None
     metric_on: bool | None = None
+    lite_subscription_quota: int | None = None
+    max_lite_topic_size: int | None = None
 
 
 def merge(local: ClientSettings, server: ServerSettings) -> ClientSettings:
@@ -189,6 +197,12 @@ def merge(local: ClientSettings, server: ServerSettings) -> ClientSettings:
             else server.validate_message_type
         ),
         metric_on=local.metric_on if server.metric_on is None else server.metric_on,
+        lite_subscription_quota=(
+            local.lite_subscription_quota
+            if server.lite_subscription_quota is None
+            else max(0, server.lite_subscription_quota)
+        ),
+        max_lite_topic_size=int(_positive(server.max_lite_topic_size, local.max_lite_topic_size)),
     )
 
 

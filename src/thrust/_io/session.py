@@ -112,6 +112,11 @@ class _Handler(TelemetryHandler):
         self._session._replace_channel(endpoint)
         self._client.on_reconnect(endpoint)
 
+    def on_notify_unsubscribe_lite(
+        self, endpoint: Endpoint, command: spb.NotifyUnsubscribeLiteCommand
+    ) -> None:
+        self._client.on_notify_unsubscribe_lite(endpoint, command)
+
 
 class ClientSession:
     """Connection state of one client (producer or consumer); see the module docstring.

@@ -61,6 +61,12 @@ class TelemetryHandler:
     def on_reconnect(self, endpoint: Endpoint) -> None:
         """ReconnectEndpointsCommand: the stream is re-established right after this returns."""
 
+    def on_notify_unsubscribe_lite(
+        self, endpoint: Endpoint, command: spb.NotifyUnsubscribeLiteCommand
+    ) -> None:
+        """NotifyUnsubscribeLiteCommand (RocketMQ 5.5): the server took a lite topic from this lite push
+        consumer; a client without lite topics ignores it."""
+
 
 def thread_stack_dump() -> str:
     """Real stacks of every thread and every asyncio task of the current loop, for PrintThreadStackTrace."""
@@ -239,6 +245,8 @@ class TelemetryStream:
                     ),
                 )
             )
+        elif kind == "notify_unsubscribe_lite_command":
+            self._handler.on_notify_unsubscribe_lite(self.endpoint, command.notify_unsubscribe_lite_command)
         elif kind == "reconnect_endpoints_command":
             logger.info("telemetry to %s: server asked to reconnect", self.endpoint)
             self._handler.on_reconnect(self.endpoint)

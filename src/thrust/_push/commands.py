@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from thrust._codec import convert
 from thrust._codec.status import Code
@@ -14,6 +14,14 @@ from thrust._io.telemetry import TelemetryHandler
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as pb
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as spb
 from thrust.message import ConsumeResult, ReceivedMessage
+
+
+class LiteHooks(Protocol):
+    """What a `LitePushConsumer` hears from the Telemetry stream beside its push consumer's commands (the
+    lite limits of the server's Settings are in `ClientSettings`)."""
+
+    def on_unsubscribed(self, lite_topic: str) -> None:
+        """NotifyUnsubscribeLiteCommand: the server took this lite topic away."""
 
 
 class PushCommands(TelemetryHandler):
@@ -29,6 +37,7 @@ class PushCommands(TelemetryHandler):
         listener: Callable[[ReceivedMessage], Any],
         listener_is_async: bool,
         settings_changed: Callable[[], None],
+        lite: LiteHooks | None = None,
     ) -> None:
         self._group_pb = group_pb
         self._topic_pb = topic_pb
@@ -36,6 +45,7 @@ class PushCommands(TelemetryHandler):
         self._listener = listener
         self._listener_is_async = listener_is_async
         self._settings_changed = settings_changed
+        self._lite = lite
 
     def settings_command(self) -> pb.Settings:
         s = pb.Settings()
@@ -73,3 +83,9 @@ class PushCommands(TelemetryHandler):
     def on_settings(self, endpoint: Endpoint, settings: pb.Settings) -> None:
         # The session has merged them already (fifo, backoff: read where used).
         self._settings_changed()
+
+    def on_notify_unsubscribe_lite(
+        self, endpoint: Endpoint, command: spb.NotifyUnsubscribeLiteCommand
+    ) -> None:
+        if self._lite is not None:
+            self._lite.on_unsubscribed(command.lite_topic)

@@ -28,7 +28,7 @@ from thrust._proto.apache.rocketmq.v2 import definition_pb2 as pb
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as spb
 from thrust._push.model import _ANY_CODE, CLOSE_NACK_DELAY, _Delivery, _Queue, _Token, logger
 from thrust.errors import error_for_status
-from thrust.message import ReceivedMessage
+from thrust.message import ConsumeSuspend, ReceivedMessage
 
 # Hands deliveries to the listener pool (`ListenerExecutor.submit`); returns how many it took.
 Submit = Callable[[list[_Delivery]], int]
@@ -67,6 +67,8 @@ class Settler:
         self.nacks: AckDriver | None = None
         self.dlq: AckDriver | None = None
         self._fifo_timers: dict[_Delivery, asyncio.TimerHandle] = {}
+        # Suspended FIFO heads' entries -> (lite topic, seconds), until their nack settles (`_suspend`).
+        self._suspended: dict[AckEntry, tuple[str | None, float]] = {}
         self._closing = False
         self.consumed = 0
         self.consume_failures = 0
@@ -132,7 +134,7 @@ class Settler:
             raise RuntimeError("the consumer is not started")
         return self._session
 
-    def on_results(self, results: list[tuple[_Delivery, bool]]) -> None:
+    def on_results(self, results: list[tuple[_Delivery, object]]) -> None:
         """All results since the last wake-up, on the loop: acks, nacks, FIFO retries.
 
         A message keeps its cache slot until its ack (nack, dead-letter forward) settles, as Java evicts from
@@ -152,7 +154,7 @@ class Settler:
         for d, ok in results:
             q = d.queue
             q.in_listener -= 1
-            if ok:
+            if ok is True:
                 q.consumed += 1
                 m = d.message
                 q.acks_pending += 1
@@ -160,12 +162,18 @@ class Settler:
                     to_ack.append((q.ack_key, AckEntry(m.message_id, m.receipt_handle, deadline, d)))
                 else:
                     to_ack.append((q.ack_key, self._head_entry(q, m, d, deadline, acks.batcher)))
-            else:
+            elif ok is False:
                 failures += 1
                 if q.fifo is not None:
                     self._fifo_failed(d, now)
                 else:
                     self._nack(d, deadline)
+            else:
+                # A ConsumeSuspend (only a lite push consumer's executor passes one through); Java counts it
+                # with the failures (ProcessQueueImpl.statsConsumptionResult).
+                assert isinstance(ok, ConsumeSuspend)
+                failures += 1
+                self._suspend(d, ok.seconds, now)
         # Counters and the batcher once per burst of results, not once per message.
         self.consumed += len(to_ack)
         if failures:
@@ -196,6 +204,24 @@ class Settler:
         )
         d.queue.acks_pending += 1
         self.nacks.add(d.queue.ack_key, entry)
+
+    def _suspend(self, d: _Delivery, seconds: float, now: float) -> None:
+        """ConsumeSuspend: ChangeInvisibleDuration by `seconds` (Java `ProcessQueueImpl.eraseFifoMessage` with
+        a `ConsumeResultSuspend`: no local retry, no dead-lettering). A FIFO head stays at the head of its
+        chain until it settles; then the messages of its lite topic behind it are suspended too instead of
+        going to the listener (`LiteFifoConsumeService.consumeIteratively`), so none of them overtakes it."""
+        m = d.message
+        q = d.queue
+        assert self.nacks is not None
+        token = _Token(q, m.topic, m.message_id, seconds, d)
+        deadline = now + self._ack_retry_window
+        q.acks_pending += 1
+        if q.fifo is None:
+            self.nacks.add(q.ack_key, AckEntry(m.message_id, m.receipt_handle, deadline, token))
+            return
+        entry = self._head_entry(q, m, token, deadline, self.nacks.batcher)
+        self._suspended[entry] = (m.lite_topic, seconds)
+        self.nacks.add(q.ack_key, entry)
 
     def nack_unstarted(self, unstarted: list[_Delivery]) -> None:
         """Close: messages handed to the pool but never started go back to the server now, with a short
@@ -295,10 +321,7 @@ class Settler:
         request = spb.AckMessageRequest(
             group=self._group_pb,
             topic=self._topic_pb[key.topic],
-            entries=[
-                spb.AckMessageEntry(message_id=e.message_id, receipt_handle=e.receipt_handle)
-                for e in batch.entries
-            ],
+            entries=[_ack_entry(e) for e in batch.entries],
         )
         response = await self._settle_call("ack", batch, "AckMessage", request)
         return results_for(
@@ -316,6 +339,11 @@ class Settler:
             invisible_duration=convert.duration(token.value),
             message_id=token.message_id,
         )
+        lite_topic = _lite_topic_of(token)
+        if lite_topic is not None:
+            # As the Java client's ConsumerImpl.wrapChangeInvisibleDuration for a lite message.
+            request.lite_topic = lite_topic
+            request.suspend = True
         response = await self._settle_call(
             "change_invisible_duration", batch, "ChangeInvisibleDuration", request
         )
@@ -333,6 +361,9 @@ class Settler:
             delivery_attempt=int(token.value),
             max_delivery_attempts=self.session.settings.retry_policy.max_attempts,
         )
+        lite_topic = _lite_topic_of(token)
+        if lite_topic is not None:
+            request.lite_topic = lite_topic
         response = await self._settle_call(
             "forward_to_dead_letter_queue", batch, "ForwardMessageToDeadLetterQueue", request
         )
@@ -349,6 +380,8 @@ class Settler:
     def _nacks_finished(self, finished: list[tuple[AckEntry, Fate]]) -> None:
         self.nacked += sum(1 for _entry, fate in finished if fate is Fate.ACKED)
         self._release([entry.token for entry, _fate in finished])
+        if self._suspended:
+            self._heads_settled(finished)  # suspended FIFO heads (`_suspend`); other nacks are no heads
 
     def _dlq_finished(self, finished: list[tuple[AckEntry, Fate]]) -> None:
         self.dead_lettered += sum(1 for _entry, fate in finished if fate is Fate.ACKED)
@@ -365,10 +398,13 @@ class Settler:
             if not isinstance(d, _Delivery):
                 continue  # a corrupted message's forward: never in a chain
             q = d.queue
+            suspended = self._suspended.pop(entry, None) if self._suspended else None
             if q.settling.pop(entry, None) is None or q.fifo is None:
                 continue  # not a head its group waits for (the queue was dropped: the chain is gone)
             nxt = q.fifo.settled(d, fate)
-            if nxt is not None:
+            if nxt is not None and suspended is not None and nxt.message.lite_topic == suspended[0]:
+                self._suspend(nxt, suspended[1], time.monotonic())  # its lite topic is put aside too
+            elif nxt is not None:
                 follow_ups.append(nxt)
             elif not releases_chain(fate):
                 logger.warning(
@@ -419,3 +455,19 @@ class Settler:
         else:
             slot[0] += n
             slot[1] += nbytes
+
+
+def _lite_topic_of(token: object) -> str | None:
+    """The lite topic of the message an entry settles (None for other messages). A lite message's ack,
+    nack and dead-letter forward name it, as the Java client's do: the server finds the message under its
+    lite topic (upstream 5.5 `AckMessageEntry.lite_topic`)."""
+    d = token if type(token) is _Delivery else getattr(token, "delivery", None)
+    return d.message.lite_topic if isinstance(d, _Delivery) else None
+
+
+def _ack_entry(e: AckEntry) -> spb.AckMessageEntry:
+    entry = spb.AckMessageEntry(message_id=e.message_id, receipt_handle=e.receipt_handle)
+    lite_topic = _lite_topic_of(e.token)
+    if lite_topic is not None:
+        entry.lite_topic = lite_topic
+    return entry

@@ -36,7 +36,7 @@ def register(subparsers: Any) -> None:
         description=(
             "Send one message (BODY, or stdin when BODY is absent or '-'), or one message per stdin line "
             "with --lines, and print each message id. The topic must exist with the matching message "
-            "type (NORMAL; FIFO for --group; DELAY for --delay)."
+            "type (NORMAL; FIFO for --group; DELAY for --delay; LITE for --lite-topic)."
         ),
     )
     _connection(send)
@@ -49,6 +49,9 @@ def register(subparsers: Any) -> None:
     )
     send.add_argument("--group", default=None, help="message group: a FIFO message")
     send.add_argument("--delay", type=_non_negative, default=None, metavar="SECONDS", help="a delay message")
+    send.add_argument(
+        "--lite-topic", default=None, metavar="NAME", help="a lite topic of the (LITE) topic: a LITE message"
+    )
     send.add_argument("--lines", action="store_true", help="one message per stdin line (empty lines skipped)")
     send.add_argument(
         "--keep-newline",
@@ -227,6 +230,7 @@ async def _send(args: argparse.Namespace, config: ClientConfig, stdin: TextIO, o
                     properties=dict(args.property),
                     message_group=args.group,
                     delay=args.delay,
+                    lite_topic=args.lite_topic,
                 )
                 receipt = await producer.send(message)
                 if args.format == "json":
@@ -261,6 +265,7 @@ def message_to_json(m: ReceivedMessage) -> dict[str, Any]:
         "keys": list(m.keys),
         "properties": dict(m.properties),
         "message_group": m.message_group,
+        "lite_topic": m.lite_topic,
         "message_type": m.message_type.name,
         "priority": m.priority,
         "delivery_attempt": m.delivery_attempt,
@@ -284,6 +289,8 @@ def _text(m: ReceivedMessage) -> str:
         head += f" keys={','.join(m.keys)}"
     if m.message_group:
         head += f" group={m.message_group}"
+    if m.lite_topic:
+        head += f" lite_topic={m.lite_topic}"
     if m.properties:
         # JSON: a key or value may hold spaces, '=' or ','
         head += f" properties={json.dumps(dict(m.properties), ensure_ascii=False, separators=(',', ':'))}"

@@ -112,8 +112,8 @@ def register(subparsers: Any) -> None:
         action="append",
         default=[],
         metavar="NAME[:QUEUES][:TYPE][@B1+B2]",
-        help="create a topic; TYPE is NORMAL (default), FIFO, DELAY, TRANSACTION, PRIORITY, MIXED or a+b; "
-        "NAME:TYPE (as thrust cluster --topic) has 4 queues; @0+2 places it on brokers 0 and 2 only "
+        help="create a topic; TYPE is NORMAL (default), FIFO, DELAY, TRANSACTION, PRIORITY, LITE, MIXED or "
+        "a+b; NAME:TYPE (as thrust cluster --topic) has 4 queues; @0+2 places it on brokers 0 and 2 only "
         "(default: every broker). A PRIORITY message goes to queue min(priority, QUEUES-1) of its broker "
         "and each receive takes the highest queue first, so QUEUES is the number of priority levels",
     )
@@ -121,9 +121,10 @@ def register(subparsers: Any) -> None:
         "--group",
         action="append",
         default=[],
-        metavar="NAME[:fifo][:max-attempts=N]",
+        metavar="NAME[:fifo][:max-attempts=N][:lite-exclusive]",
         help="create a consumer group; fifo: ordered consumption; max-attempts=N: deliveries before a "
-        "message goes to %%DLQ%%NAME (default 17, hours of backoff; e.g. 2 to reach the DLQ in seconds)",
+        "message goes to %%DLQ%%NAME (default 17, hours of backoff; e.g. 2 to reach the DLQ in seconds); "
+        "lite-exclusive: one client of the group per lite topic, the previous one is told to unsubscribe",
     )
     parser.add_argument(
         "--access-key", default=None, help="enable MQv2-HMAC-SHA1 authentication with this key"
@@ -169,6 +170,21 @@ def register(subparsers: Any) -> None:
         type=float,
         default=120.0,
         help="seconds after a client's telemetry closed before its in-flight messages are released",
+    )
+    lite = parser.add_argument_group("lite topics (of LITE topics, RocketMQ 5.5)")
+    lite.add_argument(
+        "--lite-ttl",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="a lite topic without a new message for this long is deleted (default 600; 0: never)",
+    )
+    lite.add_argument(
+        "--lite-subscription-quota",
+        type=int,
+        default=2000,
+        metavar="N",
+        help="lite topics one consumer may subscribe to, sent in Settings (default 2000, as the 5.5.0 proxy)",
     )
     limits = parser.add_argument_group("connection limits (0 turns a limit off where noted)")
     limits.add_argument(
@@ -319,6 +335,8 @@ def _config(args: argparse.Namespace) -> ServerConfig:
         idle_timeout=args.idle_timeout,
         handshake_timeout=args.handshake_timeout,
         channel_expiry=args.channel_expiry,
+        lite_ttl=args.lite_ttl,
+        lite_subscription_quota=args.lite_subscription_quota,
     )
 
 

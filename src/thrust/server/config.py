@@ -27,7 +27,7 @@ fits."""
 DEFAULT_DATE_TIME_WINDOW: Final = 15 * 60.0
 """S5 (docs/reliability.md §5): +-15 min on `x-mq-date-time` when auth is on and TLS is off."""
 
-_GROUP_SYNTAX: Final = "NAME[:fifo][:max-attempts=N]"
+_GROUP_SYNTAX: Final = "NAME[:fifo][:max-attempts=N][:lite-exclusive]"
 
 _MIXED = (MessageType.NORMAL, MessageType.FIFO, MessageType.DELAY, MessageType.TRANSACTION)
 
@@ -46,11 +46,13 @@ class TopicSpec:
 @dataclass(frozen=True, slots=True)
 class GroupSpec:
     """A consumer group to create at start (`fifo` = upstream's consumeMessageOrderly; `retry`: its max
-    delivery attempts and backoff, None for upstream's defaults, 17 attempts)."""
+    delivery attempts and backoff, None for upstream's defaults, 17 attempts; `lite_exclusive` =
+    upstream's liteSubExclusive: one client of the group per lite topic, docs/lite-topics.md)."""
 
     name: str
     fifo: bool = False
     retry: GroupRetryPolicy | None = None
+    lite_exclusive: bool = False
 
 
 def parse_topic(spec: str | TopicSpec) -> TopicSpec:
@@ -106,7 +108,8 @@ def _is_int(text: str) -> bool:
 
 
 def parse_group(spec: str | GroupSpec) -> GroupSpec:
-    """`NAME[:fifo][:max-attempts=N]`: options after the name, each at most once, in any order.
+    """`NAME[:fifo][:max-attempts=N][:lite-exclusive]`: options after the name, each at most once, in any
+    order.
 
     `max-attempts=N` (N >= 1) is the group's deliveries before a message goes to `%DLQ%NAME` (upstream's
     subscription group `retryMaxTimes` + 1); without it the group keeps upstream's default of 17, whose
@@ -123,6 +126,7 @@ def parse_group(spec: str | GroupSpec) -> GroupSpec:
     if not name:
         raise ValueError(f"group spec {spec!r}: the group name is empty (expected {_GROUP_SYNTAX})")
     fifo = False
+    lite_exclusive = False
     max_attempts: int | None = None
     seen: set[str] = set()
     for option in options:
@@ -133,6 +137,8 @@ def parse_group(spec: str | GroupSpec) -> GroupSpec:
         seen.add(key)
         if key == "fifo" and not eq:
             fifo = True
+        elif key == "lite-exclusive" and not eq:
+            lite_exclusive = True
         elif key == "max-attempts" and eq:
             try:
                 max_attempts = int(value)
@@ -142,10 +148,11 @@ def parse_group(spec: str | GroupSpec) -> GroupSpec:
                 raise ValueError(f"group spec {spec!r}: max-attempts must be an integer >= 1, got {value!r}")
         else:
             raise ValueError(
-                f"group spec {spec!r}: unknown option {option!r} (expected fifo or max-attempts=N)"
+                f"group spec {spec!r}: unknown option {option!r} "
+                "(expected fifo, max-attempts=N or lite-exclusive)"
             )
     retry = None if max_attempts is None else GroupRetryPolicy(max_attempts=max_attempts)
-    return GroupSpec(name, fifo=fifo, retry=retry)
+    return GroupSpec(name, fifo=fifo, retry=retry, lite_exclusive=lite_exclusive)
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +206,13 @@ class ServerConfig:
             `maxConnectionIdle` 120 s). A client's open Telemetry stream is a call. 0: never.
         handshake_timeout: a connection must complete its TLS and HTTP/2 handshake (send its SETTINGS)
             within this, else it is closed (S12, slow-loris; gRPC's default is 120 s).
+        lite_ttl: seconds without a new message after which a lite topic (of a LITE topic) is deleted with
+            its messages and consumption state (0: never). Upstream sets it per parent topic, in minutes.
+        lite_subscription_quota: lite topics one consumer may subscribe to (Settings
+            `lite_subscription_quota`; 5.5.0's proxy sends 2000).
+        max_lite_topic_size: longest lite topic name in UTF-8 bytes (Settings `max_lite_topic_size`; the
+            proxy's `maxLiteTopicSize`, 64).
+        max_lite_topics: lite topics one parent topic may have per broker (LITE_TOPIC_QUOTA_EXCEEDED).
         channel_expiry: a client heard from neither by a call nor by a Telemetry command for this long is
             expired, even when its streams still look open: its Telemetry streams are ended, its parked
             long polls answered, its settings forgotten and its auto-renewed messages released (S12;
@@ -245,6 +259,10 @@ class ServerConfig:
     idle_timeout: float = 120.0
     handshake_timeout: float = 20.0
     channel_expiry: float = 120.0
+    lite_ttl: float = 600.0
+    lite_subscription_quota: int = 2000
+    max_lite_topic_size: int = 64
+    max_lite_topics: int = 1_000_000
 
     def effective_date_time_window(self) -> float | None:
         """The `x-mq-date-time` window in force (None: not checked)."""
@@ -271,7 +289,16 @@ class ServerConfig:
         ):
             if not getattr(self, name) >= 0:
                 raise ValueError(f"{name} must be >= 0 (0 turns it off)")
-        for name in ("max_concurrent_streams", "keepalive_timeout", "handshake_timeout"):
+        if not self.lite_ttl >= 0:
+            raise ValueError("lite_ttl must be >= 0 (0 turns it off)")
+        for name in (
+            "max_concurrent_streams",
+            "keepalive_timeout",
+            "handshake_timeout",
+            "lite_subscription_quota",
+            "max_lite_topic_size",
+            "max_lite_topics",
+        ):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0")
 

@@ -13,8 +13,11 @@ import hashlib
 from typing import Any, Final, cast
 
 from thrust._codec.scalars import duration, duration_seconds, fill_timestamp, timestamp_seconds
+from thrust._codec.status import Code
 from thrust._codec.validation import (
+    Invalid,
     check_body_digest,
+    check_lite_topic,
     check_priority,
     check_send_message,
     check_transaction_recovery,
@@ -30,14 +33,18 @@ _IDENTITY: Final = d.Encoding.IDENTITY
 _MD5: Final = d.DigestType.MD5
 
 
-def inbound_message(message: d.Message, client_id: str, now: float) -> InboundMessage:
+def inbound_message(
+    message: d.Message, client_id: str, now: float, *, max_lite_topic_size: int = 64
+) -> InboundMessage:
     """Validate one message of a SendMessage request (docs/protocol.md §5.4, the proxy's order) and convert
     it.
 
     The message type, when unspecified, is inferred as the proxy's `buildMessage` does from the system
     properties: a delivery timestamp makes it DELAY, a message group FIFO, else NORMAL. A priority makes a
     NORMAL message PRIORITY (and a PRIORITY message without one is NORMAL); other types lose their
-    priority, as upstream's broker clears it.
+    priority, as upstream's broker clears it. A lite topic (checked as the 5.5.0 proxy's
+    `GrpcValidator.validateLiteTopic`, at most `max_lite_topic_size` bytes) makes an unspecified type LITE;
+    a LITE message needs one, and no other type may carry one.
 
     Raises:
         Invalid: the first problem found, with the proxy's status code.
@@ -69,6 +76,21 @@ def inbound_message(message: d.Message, client_id: str, now: float) -> InboundMe
     priority = sp.priority if sp.HasField("priority") else None
     check_priority(priority)
     kind = _MESSAGE_TYPES.get(sp.message_type)
+    lite_topic = sp.lite_topic if sp.HasField("lite_topic") else None
+    if lite_topic is not None or kind is MessageType.LITE:
+        check_lite_topic(lite_topic or "", max_size=max_lite_topic_size)
+        if kind is None:
+            kind = MessageType.LITE
+        elif kind is not MessageType.LITE:
+            raise Invalid(
+                Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, f"a {kind.name} message cannot carry a lite topic"
+            )
+        if message_group is not None or delivery_ts is not None:
+            # The clients refuse these together (the Java MessageBuilderImpl.setLiteTopic checks).
+            raise Invalid(
+                Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                "a lite message cannot carry a message group or a delivery time",
+            )
     if kind is None:
         if delivery_ts is not None:
             kind = MessageType.DELAY
@@ -102,6 +124,7 @@ def inbound_message(message: d.Message, client_id: str, now: float) -> InboundMe
         recovery,
         priority,
         client_id,
+        lite_topic,
     )
 
 
@@ -138,6 +161,8 @@ def _fill(out: d.Message, m: StoredMessage) -> d.SystemProperties:
         sp.trace_context = m.trace_context
     if m.priority is not None:
         sp.priority = m.priority
+    if m.lite_topic is not None:
+        sp.lite_topic = m.lite_topic
     return sp
 
 

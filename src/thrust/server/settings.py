@@ -131,11 +131,19 @@ def retry_policy_pb(policy: GroupRetryPolicy) -> d.RetryPolicy:
     return out
 
 
-def merge_settings(reported: d.Settings, group_info: GroupInfo | None) -> HandshakeSettings:
+def merge_settings(
+    reported: d.Settings,
+    group_info: GroupInfo | None,
+    *,
+    lite_subscription_quota: int = 2000,
+    max_lite_topic_size: int = 64,
+) -> HandshakeSettings:
     """Validate the client's `reported` Settings and build the authoritative reply.
 
     `group_info` is the consumer group's info (looked up by the caller from
-    `reported.subscription.group`), None for producers.
+    `reported.subscription.group`), None for producers. Consumers get the lite-topic limits too
+    (`lite_subscription_quota`, `max_lite_topic_size`), as 5.5.0's GrpcClientSettingsManager sends them
+    to every consumer.
 
     Raises:
         Invalid: INVALID_CLIENT_PROPERTIES, ILLEGAL_CONSUMER_GROUP, or BAD_REQUEST when neither
@@ -170,9 +178,10 @@ def merge_settings(reported: d.Settings, group_info: GroupInfo | None) -> Handsh
         sub.fifo = fifo
         sub.receive_batch_size = RECEIVE_BATCH_SIZE
         fill_duration(sub.long_polling_timeout, LONG_POLLING_TIMEOUT)
-        # No lite-topic quotas: 5.5.0's GrpcClientSettingsManager sends lite_subscription_quota (2000) and
-        # max_lite_topic_size (64) to every consumer, the pinned 5.4.0 sends neither, and the embedded
-        # server has no lite topics.
+        # 5.5.0's GrpcClientSettingsManager sends lite_subscription_quota (2000) and max_lite_topic_size
+        # (64) to every consumer (the 5.4.0 that `thrust cluster` pins sends neither).
+        sub.lite_subscription_quota = lite_subscription_quota
+        sub.max_lite_topic_size = max_lite_topic_size
     client_type = (
         reported.client_type if reported.HasField("client_type") else d.ClientType.CLIENT_TYPE_UNSPECIFIED
     )

@@ -31,6 +31,7 @@ def test_inbound_equals_the_dataclass_and_stays_frozen() -> None:
         transaction_recovery_after=None,
         priority=3,
         producer_client_id="c",
+        lite_topic="lt",
     )
     built = inbound(**fields)  # type: ignore[arg-type]
     assert type(built) is InboundMessage

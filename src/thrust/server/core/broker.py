@@ -26,9 +26,11 @@ from thrust._codec.status import Code
 from thrust.server.core.catalog import Catalog
 from thrust.server.core.fifo import FifoGroups
 from thrust.server.core.inflight import InflightRecords, broker_of_handle
+from thrust.server.core.lite import LiteRegistry, lmq_name
 from thrust.server.core.model import (
     BrokerError,
     Delivery,
+    GroupInfo,
     InboundMessage,
     MessageMatcher,
     MessageType,
@@ -40,6 +42,12 @@ from thrust.server.core.model import (
 from thrust.server.core.records import READY, Batch, DeliverFn, Record, SubQueue, Subscription, Subscriptions
 from thrust.server.core.scheduled import DelayedMessages, Transactions
 from thrust.server.core.store import MessageStore, QueueLog, TopicQueues
+
+#: What `Broker.sync_lite_subscription` does (`LiteSubscriptionAction`'s values).
+LITE_PARTIAL_ADD = 0
+LITE_PARTIAL_REMOVE = 1
+LITE_COMPLETE_ADD = 2
+LITE_COMPLETE_REMOVE = 3
 
 __all__ = ["MAX_BATCH_SIZE", "MAX_INVISIBLE_DURATION", "RELEASE_DELAY", "Broker", "broker_of_handle"]
 
@@ -76,6 +84,8 @@ class Broker:
         max_held_messages: limit on delayed plus prepared transactional messages (TOO_MANY_REQUESTS).
         fifo_read_ahead: per FIFO group and queue, how many unacknowledged messages may be read ahead
             past blocked message groups to find deliverable ones.
+        lite_ttl: seconds without a new message after which a lite topic expires (0: never; core/lite.py).
+        max_lite_topics: lite topics one parent topic may have on this broker.
 
     Raises:
         ValueError: invalid configuration.
@@ -89,6 +99,8 @@ class Broker:
         "_fifo",
         "_inflight",
         "_inflight_heap",
+        "_lite",
+        "_lite_rr",
         "_max_delay",
         "_max_held",
         "_store",
@@ -112,6 +124,8 @@ class Broker:
         retention_bytes: int = 256 * 1024 * 1024,
         max_held_messages: int = 1_000_000,
         fifo_read_ahead: int = 4096,
+        lite_ttl: float = 0.0,
+        max_lite_topics: int = 1_000_000,
     ) -> None:
         if not name or any(c.isspace() for c in name):
             raise ValueError(f"broker name must be non-empty without whitespace: {name!r}")
@@ -134,6 +148,8 @@ class Broker:
         # The two heaps every request peeks at (`_advance`), kept to skip two method calls per request.
         self._delayed_heap = self._delayed.timer_heap
         self._inflight_heap = self._inflight.timer_heap
+        self._lite = LiteRegistry(ttl=lite_ttl, max_lite_topics=max_lite_topics)
+        self._lite_rr = 0
         self._txns = Transactions(
             name,
             check_after=transaction_check_after,
@@ -188,6 +204,8 @@ class Broker:
                 held += 1
         if held and len(self._delayed) + len(self._txns) + held > self._max_held:
             raise BrokerError(Code.TOO_MANY_REQUESTS, "too many delayed or prepared messages held")
+        if messages[0].lite_topic is not None:
+            return self._send_lite(info, messages, now)
         store = self._store
         tq = store.queues(info)
         queue_id = self._select_queue(tq, info, messages)
@@ -218,6 +236,26 @@ class Broker:
                 stored = store.append(tq, queue_id, message, now)
                 results.append(SendResult(message.message_id, queue_id, stored.offset, "", ""))
         return results
+
+    def _send_lite(self, info: TopicInfo, messages: Sequence[InboundMessage], now: float) -> list[SendResult]:
+        """Store LITE messages, each in its lite topic's own queue (created by its first message)."""
+        lite = self._lite
+        for message in messages:
+            if message.lite_topic is None:
+                raise BrokerError(Code.ILLEGAL_LITE_TOPIC, "a request mixes lite and other messages")
+            lite.check_create(info.name, message.lite_topic)
+        results: list[SendResult] = []
+        for message in messages:
+            name = message.lite_topic
+            assert name is not None
+            tq = self._lite_queues(info, name)
+            stored = self._store.append(tq, 0, message, now)
+            lite.stored(info.name, name, now)
+            results.append(SendResult(message.message_id, 0, stored.offset, "", ""))
+        return results
+
+    def _lite_queues(self, info: TopicInfo, lite_topic: str) -> TopicQueues:
+        return self._store.queues(TopicInfo(lmq_name(info.name, lite_topic), 1, info.types))
 
     def _select_queue(self, tq: TopicQueues, info: TopicInfo, messages: Sequence[InboundMessage]) -> int:
         if len(messages) == 1:
@@ -308,6 +346,14 @@ class Broker:
             delivery = deliver_record(rec, now, invisible, auto_renew, client_id, attempt_id)
             batch.append((rec, rec.nonce, delivery))
 
+        lite_topics = self._lite.lite_topics(client_id, group, topic)
+        if lite_topics:
+            # The client's lite topics first, starting from a rotating one so none starves; each is one
+            # ordered group. Upstream's lite pops carry no attempt id, so neither are they reentrant here.
+            self._take_lite(info, ginfo, lite_topics, message_filter, need, deliver, serial)
+            if len(batch) >= need:
+                return [delivery for _, _, delivery in batch]
+
         if queue_id == -1 and info.priority and not sub.fifo:
             self._take_by_priority(sub, tq.logs, message_filter, need, deliver)
             order: Sequence[int] = ()
@@ -328,6 +374,35 @@ class Broker:
         if attempt_id and batch:
             inflight.remember_batch(sub, attempt_id, batch)
         return [delivery for _, _, delivery in batch]
+
+    def _take_lite(
+        self,
+        info: TopicInfo,
+        ginfo: GroupInfo,
+        lite_topics: list[str],
+        flt: MessageMatcher,
+        need: int,
+        deliver: DeliverFn,
+        serial: int,
+    ) -> None:
+        count = len(lite_topics)
+        start = self._lite_rr % count
+        self._lite_rr += 1
+        taken = 0
+
+        def counted(rec: Record) -> None:
+            nonlocal taken
+            taken += 1
+            deliver(rec)
+
+        for i in range(count):
+            if taken >= need:
+                return
+            tq = self._store.get(lmq_name(info.name, lite_topics[(start + i) % count]))
+            if tq is None:
+                continue  # subscribed before its first message, or expired
+            sub = self._subs.open(ginfo, tq, fifo=True)
+            self._fifo.take(sub, 0, tq.logs[0], flt, need - taken, counted, serial)
 
     def _take_normal(
         self,
@@ -403,7 +478,15 @@ class Broker:
         return None
 
     def ack(
-        self, *, client_id: str, group: str, topic: str, receipt_handle: str, message_id: str, now: float
+        self,
+        *,
+        client_id: str,
+        group: str,
+        topic: str,
+        receipt_handle: str,
+        message_id: str,
+        now: float,
+        lite_topic: str | None = None,
     ) -> None:
         """Acknowledge a delivered message: it is done for `group` (docs/protocol.md §7.3).
 
@@ -413,10 +496,11 @@ class Broker:
 
         Raises:
             BrokerError(INVALID_RECEIPT_HANDLE): malformed, forged, other broker, expired, superseded by
-                ChangeInvisibleDuration or a redelivery, or already acked.
+                ChangeInvisibleDuration or a redelivery, or already acked; also a lite message's handle
+                without its `lite_topic` (the request names it, as upstream's AckMessageEntry does).
             BrokerError(TOPIC_NOT_FOUND / CONSUMER_GROUP_NOT_FOUND): unknown topic or group.
         """
-        rec = self._resolve_handle(group, topic, receipt_handle, message_id, now)
+        rec = self._resolve_handle(group, topic, receipt_handle, message_id, now, lite_topic)
         self._inflight.finish(rec)
 
     def change_invisible_duration(
@@ -429,6 +513,7 @@ class Broker:
         message_id: str,
         duration: float,
         now: float,
+        lite_topic: str | None = None,
     ) -> str:
         """Make a delivered message visible again `duration` seconds from now; returns the new handle.
 
@@ -442,18 +527,26 @@ class Broker:
         """
         if not 0 <= duration <= MAX_INVISIBLE_DURATION:
             raise BrokerError(Code.ILLEGAL_INVISIBLE_TIME, f"invisible duration {duration:g} s out of range")
-        rec = self._resolve_handle(group, topic, receipt_handle, message_id, now)
+        rec = self._resolve_handle(group, topic, receipt_handle, message_id, now, lite_topic)
         return self._inflight.change_invisible(rec, now, duration)
 
     def forward_to_dead_letter_queue(
-        self, *, client_id: str, group: str, topic: str, receipt_handle: str, message_id: str, now: float
+        self,
+        *,
+        client_id: str,
+        group: str,
+        topic: str,
+        receipt_handle: str,
+        message_id: str,
+        now: float,
+        lite_topic: str | None = None,
     ) -> None:
         """Move a delivered message to `%DLQ%<group>` and finish it for `group` (docs/protocol.md §7.5).
 
         Raises:
             BrokerError(INVALID_RECEIPT_HANDLE): as for `ack`.
         """
-        rec = self._resolve_handle(group, topic, receipt_handle, message_id, now)
+        rec = self._resolve_handle(group, topic, receipt_handle, message_id, now, lite_topic)
         self._inflight.dead_letter(rec, now)
 
     def release_client(self, client_id: str, now: float) -> None:
@@ -465,6 +558,7 @@ class Broker:
         """
         self._advance(now)
         self._inflight.release_client(client_id, now, RELEASE_DELAY)
+        self._lite.drop_client(client_id)  # upstream removeCompleteSubscription
 
     # ------------------------------------------------------------------ delay, transactions, the clock
 
@@ -514,6 +608,7 @@ class Broker:
         checks, the broker gives up and rolls the message back.
         """
         self._advance(now)
+        self._expire_lite(now)
         return self._txns.due_checks(now)
 
     def next_event_time(self) -> float | None:
@@ -524,7 +619,12 @@ class Broker:
         since. Acks, sends and other requests also change what pop returns; the service handles those.
         """
         best: float | None = None
-        for when in (self._inflight.next_time(), self._delayed.next_time(), self._txns.next_time()):
+        for when in (
+            self._inflight.next_time(),
+            self._delayed.next_time(),
+            self._txns.next_time(),
+            self._lite.next_time(),
+        ):
             if when is not None and (best is None or when < best):
                 best = when
         return best
@@ -548,13 +648,115 @@ class Broker:
             store.append_stored(held.topic, queue_id, held.msg, when)
         inflight.expire_due(now)
 
-    def _resolve_handle(self, group: str, topic: str, handle: str, message_id: str, now: float) -> Record:
+    def _resolve_handle(
+        self, group: str, topic: str, handle: str, message_id: str, now: float, lite_topic: str | None = None
+    ) -> Record:
         """The in-flight record `handle` designates, or BrokerError(INVALID_RECEIPT_HANDLE)."""
         ref = self._inflight.parse_handle(handle, now)
         self._catalog.topic(topic)
         self._catalog.group(group)
         self._advance(now)
-        return self._inflight.lookup(self._subs.get(group, topic), ref, handle, message_id)
+        sub = self._subs.get(group, lmq_name(topic, lite_topic)) if lite_topic else None
+        if sub is None:
+            # Not from a lite topic's queue: a lite message in a dead-letter topic keeps its lite topic, and
+            # a consumer settling it names it. The handle's nonce and text still have to match.
+            sub = self._subs.get(group, topic)
+        return self._inflight.lookup(sub, ref, handle, message_id)
+
+    # ------------------------------------------------------------------ lite topics
+
+    def sync_lite_subscription(
+        self,
+        *,
+        client_id: str,
+        group: str,
+        topic: str,
+        action: int,
+        lite_topics: Sequence[str],
+        quota: int,
+        offset: tuple[str, int] | None = None,
+        now: float,
+    ) -> list[tuple[str, str]]:
+        """SyncLiteSubscription on this broker (core/lite.py for each action); returns the (client id,
+        lite topic) pairs taken from other clients of an exclusive group, to be sent a
+        NotifyUnsubscribeLiteCommand.
+
+        `offset` (PARTIAL_ADD only) moves the group's position in each added lite topic, as upstream's
+        `LiteSubscriptionRegistryImpl.resetOffset`: ("min", _) to the oldest retained message, ("max", _)
+        past the newest, ("offset", n) to offset n, ("tail", n) n messages back from the group's current
+        position; the group's in-flight messages of that lite topic are forgotten. A timestamp is ignored,
+        as upstream does for now.
+
+        Raises:
+            BrokerError(TOPIC_NOT_FOUND / CONSUMER_GROUP_NOT_FOUND): unknown topic or group.
+            BrokerError(LITE_SUBSCRIPTION_QUOTA_EXCEEDED): the client would hold more than `quota`.
+            BrokerError(BAD_REQUEST): an unknown action.
+        """
+        self._advance(now)
+        info = self._catalog.topic(topic)
+        ginfo = self._catalog.group(group)
+        lite = self._lite
+        if action == LITE_PARTIAL_ADD:
+            evicted = lite.add(
+                client_id, group, topic, lite_topics, quota=quota, exclusive=ginfo.lite_exclusive
+            )
+            if offset is not None:
+                for name in lite_topics:
+                    self._reset_lite_offset(info, ginfo, name, offset)
+            return evicted
+        if action == LITE_PARTIAL_REMOVE:
+            lite.remove(client_id, group, topic, lite_topics)
+        elif action == LITE_COMPLETE_ADD:
+            lite.replace(client_id, group, topic, lite_topics, quota=quota)
+        elif action == LITE_COMPLETE_REMOVE:
+            lite.drop_client(client_id)
+        else:
+            raise BrokerError(Code.BAD_REQUEST, f"unknown lite subscription action {action}")
+        return []
+
+    def _reset_lite_offset(
+        self, info: TopicInfo, ginfo: GroupInfo, lite_topic: str, offset: tuple[str, int]
+    ) -> None:
+        kind, value = offset
+        tq = self._store.get(lmq_name(info.name, lite_topic))
+        if tq is None:
+            return  # no message yet: the group starts at its first one anyway
+        log = tq.logs[0]
+        name = tq.name
+        old = self._subs.get(ginfo.name, name)
+        current = old.queues[0].cursor if old is not None and old.queues else None
+        if kind == "min":
+            target = log.base
+        elif kind == "max":
+            target = log.end
+        elif kind == "offset":
+            target = value
+        elif kind == "tail" and current is not None:
+            target = max(0, current - value)
+        else:
+            return
+        if current == target:
+            return
+        self._subs.reset(ginfo.name, name)
+        self._subs.open(ginfo, tq, fifo=True).queues[0].cursor = max(log.base, min(target, log.end))
+
+    def lite_topics(self, topic: str) -> list[str]:
+        """The live lite topics of `topic` on this broker, sorted (inspection)."""
+        return self._lite.of_parent(topic)
+
+    def lite_subscription(self, client_id: str) -> tuple[str, str, list[str]] | None:
+        """(group, parent topic, lite topics) the client subscribed on this broker, or None (inspection)."""
+        return self._lite.subscription(client_id)
+
+    def lite_messages(self, topic: str, lite_topic: str) -> list[StoredMessage]:
+        """The retained messages of one lite topic, in offset order (inspection)."""
+        return list(self._store.stored(lmq_name(topic, lite_topic)))
+
+    def _expire_lite(self, now: float) -> None:
+        for parent, name in self._lite.expire(now):
+            lmq = lmq_name(parent, name)
+            self._store.drop(lmq)
+            self._subs.drop_topic(lmq)
 
     # ------------------------------------------------------------------ inspection
 

@@ -119,7 +119,12 @@ class Catalog:
         return info
 
     def create_group(
-        self, name: str, *, fifo: bool = False, retry: GroupRetryPolicy | None = None
+        self,
+        name: str,
+        *,
+        fifo: bool = False,
+        retry: GroupRetryPolicy | None = None,
+        lite_exclusive: bool = False,
     ) -> GroupInfo:
         """Create (or reconfigure) a consumer group; returns its info.
 
@@ -131,7 +136,7 @@ class Catalog:
         policy = retry if retry is not None else GroupRetryPolicy()
         if policy.max_attempts < 1:
             raise BrokerError(Code.BAD_REQUEST, f"max_attempts must be >= 1, got {policy.max_attempts}")
-        info = GroupInfo(name=name, fifo=fifo, retry=policy)
+        info = GroupInfo(name=name, fifo=fifo, retry=policy, lite_exclusive=lite_exclusive)
         self._groups[name] = info
         return info
 

@@ -119,8 +119,9 @@ class FifoGroups:
             if not flt.matches(message.tag, message.properties):
                 continue
             sq.cursor = cursor
-            # Messages without a message group are not ordered: each gets a key of its own.
-            key: str | int = message.message_group if message.message_group else message.offset
+            # Messages without a message group are not ordered: each gets a key of its own. A lite topic's
+            # messages are one ordered group (core/lite.py).
+            key: str | int = message.message_group or message.lite_topic or message.offset
             rec = Record(sub, message, key)
             sub.records[(qid, message.offset)] = rec
             dq = sq.groups.get(key)

@@ -139,11 +139,13 @@ class TopicInfo:
 @dataclass(frozen=True, slots=True)
 class GroupInfo:
     """A consumer group. `fifo` is upstream's `consumeMessageOrderly` (docs/protocol.md §3.3); `retry` its
-    backoff."""
+    backoff; `lite_exclusive` upstream's `liteSubExclusive`: a lite topic is consumed by one client of the
+    group at a time (core/lite.py)."""
 
     name: str
     fifo: bool = False
     retry: GroupRetryPolicy = field(default_factory=GroupRetryPolicy)
+    lite_exclusive: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +169,7 @@ class InboundMessage:
         transaction_recovery_after: orphaned_transaction_recovery_duration in seconds (TRANSACTION only).
         priority: SystemProperties.priority (PRIORITY only): the queue it is stored in (`Broker.send`).
         producer_client_id: the sender's client id; transaction checks go back to it.
+        lite_topic: SystemProperties.lite_topic (LITE only): the lite topic of the parent `topic`.
     """
 
     topic: str
@@ -185,6 +188,7 @@ class InboundMessage:
     transaction_recovery_after: float | None = None
     priority: int | None = None
     producer_client_id: str = ""
+    lite_topic: str | None = None
 
 
 class _InboundMessageBuilder:
@@ -207,6 +211,7 @@ class _InboundMessageBuilder:
     transaction_recovery_after: float | None
     priority: int | None
     producer_client_id: str
+    lite_topic: str | None
 
 
 def inbound(
@@ -226,6 +231,7 @@ def inbound(
     transaction_recovery_after: float | None,
     priority: int | None,
     producer_client_id: str,
+    lite_topic: str | None = None,
 ) -> InboundMessage:
     """`InboundMessage(...)` with every field given, for the send hot path (once per sent message):
     like `StoredMessage.of`, it fills a mutable twin and turns it into a frozen `InboundMessage`, which
@@ -247,6 +253,7 @@ def inbound(
     new.transaction_recovery_after = transaction_recovery_after
     new.priority = priority
     new.producer_client_id = producer_client_id
+    new.lite_topic = lite_topic
     object.__setattr__(new, "__class__", InboundMessage)
     return cast(InboundMessage, new)
 
@@ -282,6 +289,7 @@ class StoredMessage:
     transaction_recovery_after: float | None = None
     priority: int | None = None
     producer_client_id: str = ""
+    lite_topic: str | None = None
     queue_id: int
     offset: int
     store_timestamp: float
@@ -324,6 +332,7 @@ class StoredMessage:
         new.transaction_recovery_after = message.transaction_recovery_after
         new.priority = message.priority
         new.producer_client_id = message.producer_client_id
+        new.lite_topic = message.lite_topic
         new.queue_id = queue_id
         new.offset = offset
         new.store_timestamp = store_timestamp
@@ -354,6 +363,7 @@ class _StoredMessageBuilder:
     transaction_recovery_after: float | None
     priority: int | None
     producer_client_id: str
+    lite_topic: str | None
     queue_id: int
     offset: int
     store_timestamp: float

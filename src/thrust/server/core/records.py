@@ -128,17 +128,28 @@ class Subscriptions:
         """The group's subscription of the topic, or None when the group never popped it here."""
         return self._subs.get((group, topic))
 
+    def drop_topic(self, topic: str) -> None:
+        """Forget every group's consumption of `topic` (an expired lite topic)."""
+        for key in [key for key in self._subs if key[1] == topic]:
+            del self._subs[key]
+
+    def reset(self, group: str, topic: str) -> None:
+        """Forget `group`'s consumption of `topic`: its next pop starts from the cursor `open` gives."""
+        self._subs.pop((group, topic), None)
+
     def of_topic(self, topic: str) -> Iterator[Subscription]:
         """The subscriptions of every group consuming `topic`."""
         return (sub for (_, name), sub in self._subs.items() if name == topic)
 
-    def open(self, ginfo: GroupInfo, tq: TopicQueues) -> Subscription:
-        """The group's subscription of the topic, created on first use, with a `SubQueue` per queue."""
+    def open(self, ginfo: GroupInfo, tq: TopicQueues, *, fifo: bool | None = None) -> Subscription:
+        """The group's subscription of the topic, created on first use, with a `SubQueue` per queue.
+
+        `fifo` overrides the group's flag (a lite topic is always consumed in order, core/lite.py)."""
         key = (ginfo.name, tq.name)
         sub = self._subs.get(key)
         if sub is None:
             # The group's FIFO flag is sampled here, when it first consumes the topic.
-            sub = self._subs[key] = Subscription(ginfo.name, tq.name, ginfo.fifo)
+            sub = self._subs[key] = Subscription(ginfo.name, tq.name, ginfo.fifo if fifo is None else fifo)
         if len(sub.queues) < len(tq.logs):
             # A new group starts at the oldest retained message. Upstream pops with initMode=MAX, but
             # PopMessageProcessor.getInitOffset starts at offset 0 while the queue's minimum offset is 0

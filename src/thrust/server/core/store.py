@@ -87,6 +87,10 @@ class MessageStore:
         """The topic's queues if anything was stored or consumed there, else None."""
         return self._topics.get(topic)
 
+    def drop(self, topic: str) -> None:
+        """Delete the topic's queues and messages (an expired lite topic)."""
+        self._topics.pop(topic, None)
+
     def stored(self, topic: str) -> Iterator[StoredMessage]:
         """The retained messages of `topic`, in (queue, offset) order."""
         tq = self._topics.get(topic)

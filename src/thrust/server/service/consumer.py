@@ -217,6 +217,7 @@ class ConsumerRpcs:
             codes: list[int] = []
             acked = 0
             touched: set[Broker] = set()
+            lite = False
             # With one broker every handle is routed to it anyway (see `_broker_for`).
             single = self._port.broker if len(self._port.server.brokers) == 1 else None
             for entry in request.entries:
@@ -243,7 +244,9 @@ class ConsumerRpcs:
                             receipt_handle=handle,
                             message_id=entry.message_id,
                             now=now,
+                            lite_topic=entry.lite_topic if entry.HasField("lite_topic") else None,
                         )
+                        lite = lite or entry.HasField("lite_topic")
                         acked += 1
                         touched.add(broker)
                     except BrokerError as exc:
@@ -257,8 +260,8 @@ class ConsumerRpcs:
                 codes.append(code)
             response.status.CopyFrom(_combined(codes))
             self._port.server.stats.entries[Rpc.ACK_MESSAGE.value] += acked
-            if fifo:
-                # An ack unblocks the next message of its FIFO message group.
+            if fifo or lite:
+                # An ack unblocks the next message of its FIFO message group (or of its lite topic).
                 for broker in touched:
                     self._port.server.changed(self._port.server.brokers.index(broker), topic)
             return response
@@ -292,6 +295,7 @@ class ConsumerRpcs:
                 message_id=request.message_id,
                 duration=seconds,
                 now=self._port.now(),
+                lite_topic=request.lite_topic if request.HasField("lite_topic") else None,
             )
             self._port.server.stats.entries[Rpc.CHANGE_INVISIBLE_DURATION.value] += 1
             if seconds <= 0:
@@ -329,11 +333,12 @@ class ConsumerRpcs:
                 receipt_handle=handle,
                 message_id=request.message_id,
                 now=self._port.now(),
+                lite_topic=request.lite_topic if request.HasField("lite_topic") else None,
             )
             self._port.server.stats.entries[Rpc.FORWARD_MESSAGE_TO_DEAD_LETTER_QUEUE.value] += 1
             index = self._port.server.brokers.index(broker)
             self._port.server.changed(index, dead_letter_topic(group))
-            if fifo:
+            if fifo or request.HasField("lite_topic"):
                 self._port.server.changed(index, topic)
             return s.ForwardMessageToDeadLetterQueueResponse(status=_STATUS_OK)
 

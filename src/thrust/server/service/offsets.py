@@ -1,5 +1,5 @@
-"""Offset-mode and lite RPCs: the broker core keeps no consumer offsets and no lite topics, so these answer
-NOT_IMPLEMENTED."""
+"""Offset-mode and lite RPCs: the broker core keeps no consumer offsets, so the offset RPCs answer
+NOT_IMPLEMENTED; SyncLiteSubscription updates the port's broker's lite subscriptions (core/lite.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,14 @@ from typing import Final
 import grpc
 
 from thrust._codec.status import Code
+from thrust._codec.validation import Invalid, check_lite_topic
+from thrust._proto.apache.rocketmq.v2 import definition_pb2 as d
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as s
+from thrust.server.auth import Caller
+from thrust.server.core.model import MessageType
 from thrust.server.faults import Rpc
 from thrust.server.service.port import Port
-from thrust.server.service.status import _R, _status, _undecodable
+from thrust.server.service.status import _R, _STATUS_OK, _status, _undecodable
 
 _NO_OFFSETS: Final = "offset-mode consumption is not supported by the embedded server (no consumer offsets)"
 
@@ -64,11 +68,48 @@ class OffsetRpcs:
         request: s.SyncLiteSubscriptionRequest,
         context: grpc.aio.ServicerContext,  # type: ignore[type-arg]
     ) -> s.SyncLiteSubscriptionResponse:
-        return await self._not_implemented(
-            Rpc.SYNC_LITE_SUBSCRIPTION,
-            context,
-            s.SyncLiteSubscriptionResponse,
-            "lite topics are not supported by the embedded server",
+        # Follows 5.5.0's SyncLiteSubscriptionActivity: validate the parent topic, the group and every lite
+        # topic name, then apply the action to the broker's LiteSubscriptionRegistry. The clients send it
+        # to every broker of the route, so each broker keeps the subscriptions of its own port.
+        def work(caller: Caller) -> s.SyncLiteSubscriptionResponse:
+            topic = request.topic.name
+            group = request.group.name
+            self._port.group(group)
+            info = self._port.topic(topic)
+            self._port.catalog.group(group)
+            if MessageType.LITE not in info.types:
+                raise Invalid(Code.BAD_REQUEST, f"topic {topic!r} is not a LITE topic")
+            config = self._port.server.config
+            names = list(request.lite_topic_set)
+            if request.action in (
+                d.LiteSubscriptionAction.PARTIAL_ADD,
+                d.LiteSubscriptionAction.COMPLETE_ADD,
+            ):
+                for name in names:
+                    check_lite_topic(name, max_size=config.max_lite_topic_size)
+            evicted = self._port.broker.sync_lite_subscription(
+                client_id=caller.client_id,
+                group=group,
+                topic=topic,
+                action=int(request.action),
+                lite_topics=names,
+                quota=config.lite_subscription_quota,
+                offset=_offset(request.offset_option) if request.HasField("offset_option") else None,
+                now=self._port.now(),
+            )
+            for client_id, name in evicted:
+                # LiteSubscriptionRegistryImpl.notifyUnsubscribeLite, through the client's Telemetry stream
+                # (the proxy's processNotifyUnsubscribeLite).
+                command = s.TelemetryCommand(
+                    notify_unsubscribe_lite_command=s.NotifyUnsubscribeLiteCommand(lite_topic=name)
+                )
+                self._port.clients.send_command(client_id, command, broker=self._port.index)
+            # Parked long polls of the group pop again: they may have lite topics to read now.
+            self._port.server.changed(self._port.index, topic)
+            return s.SyncLiteSubscriptionResponse(status=_STATUS_OK)
+
+        return await self._port.unary(
+            Rpc.SYNC_LITE_SUBSCRIPTION, context, work, lambda st: s.SyncLiteSubscriptionResponse(status=st)
         )
 
     async def _not_implemented(
@@ -85,3 +126,19 @@ class OffsetRpcs:
             lambda caller: response_type(status=_status(Code.NOT_IMPLEMENTED, text)),
             lambda st: response_type(status=st),
         )
+
+
+def _offset(option: d.OffsetOption) -> tuple[str, int] | None:
+    """`OffsetOption` as `Broker.sync_lite_subscription` takes it (None for a timestamp or nothing)."""
+    kind = option.WhichOneof("offset_type")
+    if kind == "policy":
+        if option.policy == d.OffsetOption.Policy.MIN:
+            return ("min", 0)
+        if option.policy == d.OffsetOption.Policy.MAX:
+            return ("max", 0)
+        return None  # LAST: the group's last position, which it keeps anyway
+    if kind == "offset":
+        return ("offset", option.offset)
+    if kind == "tail_n":
+        return ("tail", option.tail_n)
+    return None

@@ -21,6 +21,7 @@ from thrust._codec.validation import Invalid, check_group, check_topic
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as d
 from thrust.server.auth import Authenticator, Caller
 from thrust.server.clock import Clock
+from thrust.server.config import ServerConfig
 from thrust.server.core.broker import Broker, broker_of_handle
 from thrust.server.core.catalog import Catalog
 from thrust.server.core.model import BrokerError, TopicInfo
@@ -50,6 +51,8 @@ class ServerView(Protocol):
     def authenticator(self) -> Authenticator: ...
     @property
     def clients(self) -> ClientRegistry: ...
+    @property
+    def config(self) -> ServerConfig: ...
     @property
     def stats(self) -> Stats: ...
     @property

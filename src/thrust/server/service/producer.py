@@ -43,7 +43,11 @@ class ProducerRpcs:
             client_id = caller.client_id
             # The proxy builds every message before it sends any (SendMessageActivity.buildMessage): the
             # first invalid one fails the whole request with its code as the top status and no entries.
-            valid = [inbound_message(message, client_id, now) for message in messages]
+            lite_size = self._port.server.config.max_lite_topic_size
+            valid = [
+                inbound_message(message, client_id, now, max_lite_topic_size=lite_size)
+                for message in messages
+            ]
             # A refusal by the broker (type conflict, not hosted, delivery time, held-message limit) fails
             # the whole request too: the proxy makes entries only from the broker's SendResults.
             results = self._port.broker.send(valid, now)

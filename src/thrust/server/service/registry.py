@@ -142,7 +142,12 @@ class ClientRegistry:
             # An unknown group gets the default settings, neither refused nor created
             # (GrpcClientSettingsManager.mergeSubscriptionData reads the config and keeps the defaults).
             group_info = self._catalog.find_group(reported.subscription.group.name)
-        settings = merge_settings(reported, group_info)
+        settings = merge_settings(
+            reported,
+            group_info,
+            lite_subscription_quota=self._config.lite_subscription_quota,
+            max_lite_topic_size=self._config.max_lite_topic_size,
+        )
         self._settings[client_id] = settings
         return s.TelemetryCommand(status=_STATUS_OK, settings=settings.merged)
 

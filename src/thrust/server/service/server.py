@@ -102,13 +102,17 @@ class EmbeddedServer:
             hosts = [f"{config.broker_prefix}-{b}" for b in topic.brokers] if topic.brokers else None
             self.catalog.create_topic(topic.name, topic.queues, topic.types, hosts)
         for group in config.groups:
-            self.catalog.create_group(group.name, fifo=group.fifo, retry=group.retry)
+            self.catalog.create_group(
+                group.name, fifo=group.fifo, retry=group.retry, lite_exclusive=group.lite_exclusive
+            )
         self.brokers = [
             Broker(
                 f"{config.broker_prefix}-{i}",
                 self.catalog,
                 transaction_check_after=config.transaction_check_after,
                 transaction_check_interval=config.transaction_check_interval,
+                lite_ttl=config.lite_ttl,
+                max_lite_topics=config.max_lite_topics,
             )
             for i in range(count)
         ]
