@@ -83,6 +83,7 @@ _CASES = {
         trace_context="00-abc-def-01",
     ),
     "no delivery attempt": _message(message_type=pb.DELAY),
+    "lite topic": _message(message_type=pb.LITE, lite_topic="session-42"),
     "md5": _message(b"x", digest=(pb.MD5, hashlib.md5(b"x").hexdigest().upper())),
     "md5 lower case": _message(b"x", digest=(pb.MD5, hashlib.md5(b"x").hexdigest())),
     "sha1": _message(b"x", digest=(pb.SHA1, hashlib.sha1(b"x").hexdigest().upper())),
