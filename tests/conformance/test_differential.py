@@ -146,6 +146,13 @@ async def _assignment_unknown_topic(ctx: Ctx) -> Any:
 # ----------------------------------------------------------------------------------------------
 # rows: telemetry settings and client management
 
+# D16: the embedded server speaks 5.5's Settings: every consumer gets the lite-topic limits, as 5.5.0's
+# GrpcClientSettingsManager sends them; the 5.4.0 proxy the real suite runs has no lite topics.
+_LITE_LIMITS = {
+    "settings.subscription.lite_subscription_quota": (2000, _MISSING),
+    "settings.subscription.max_lite_topic_size": (64, _MISSING),
+}
+
 
 def _settings_row(kind: int, fifo: bool = False, max_attempts: int | None = None) -> Any:
     async def scenario(ctx: Ctx) -> Any:
@@ -759,10 +766,18 @@ ROWS: list[Row] = [
     ),
     # telemetry settings and client management
     Row("settings-producer", _settings_row(d.ClientType.PRODUCER)),
-    Row("settings-simple-consumer", _settings_row(d.ClientType.SIMPLE_CONSUMER)),
-    Row("settings-push-consumer", _settings_row(d.ClientType.PUSH_CONSUMER)),
-    Row("settings-push-consumer-fifo-group", _settings_row(d.ClientType.PUSH_CONSUMER, fifo=True)),
-    Row("settings-consumer-max-attempts-3", _settings_row(d.ClientType.SIMPLE_CONSUMER, max_attempts=3)),
+    Row("settings-simple-consumer", _settings_row(d.ClientType.SIMPLE_CONSUMER), deviation=_LITE_LIMITS),
+    Row("settings-push-consumer", _settings_row(d.ClientType.PUSH_CONSUMER), deviation=_LITE_LIMITS),
+    Row(
+        "settings-push-consumer-fifo-group",
+        _settings_row(d.ClientType.PUSH_CONSUMER, fifo=True),
+        deviation=_LITE_LIMITS,
+    ),
+    Row(
+        "settings-consumer-max-attempts-3",
+        _settings_row(d.ClientType.SIMPLE_CONSUMER, max_attempts=3),
+        deviation=_LITE_LIMITS,
+    ),
     Row("settings-without-pubsub", _settings_without_pubsub),
     Row("heartbeat", _heartbeat),
     Row("notify-client-termination", _notify_termination),
