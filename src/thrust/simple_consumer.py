@@ -456,16 +456,10 @@ class SimpleConsumer:
         results: list[ThrustError | None] = [None] * len(messages)
 
         async def one(endpoint: Endpoint, topic: str, indexes: list[int]) -> None:
-            request = spb.AckMessageRequest(
-                group=self._group_pb,
-                topic=session.resource(topic),
-                entries=[
-                    spb.AckMessageEntry(
-                        message_id=messages[i].message_id, receipt_handle=messages[i].receipt_handle
-                    )
-                    for i in indexes
-                ],
-            )
+            request = spb.AckMessageRequest(group=self._group_pb, topic=session.resource(topic))
+            add = request.entries.add  # in place: a list passed as `entries=` is copied entry by entry
+            for i in indexes:
+                add(message_id=messages[i].message_id, receipt_handle=messages[i].receipt_handle)
             span = None
             if self._instrumentation is not None:
                 span = self._instrumentation.settle(self, "ack", topic, [messages[i] for i in indexes])
