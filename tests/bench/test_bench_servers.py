@@ -162,6 +162,9 @@ def test_bench_raw_column_sizes_and_cpu_per_message(tmp_path: Path) -> None:
             rate = median["produced_per_s" if label == "produce" else "consumed_per_s"]
             assert rate > 0, (label, client)
             assert median["client_us"] > 0 and median["server_us"] > 0, (label, client)
+            # The server's idle was sampled before the window, and its share taken out of the busy figure.
+            assert median["server_idle_cpu_pct"] >= 0, (label, client)
+            assert 0 <= median["server_busy_us"] <= median["server_us"], (label, client)
     produce = data["scenarios"]["produce"]["results"]["thrust"]["median"]
     assert produce["p99_ms"] >= produce["p50_ms"] > 0
 
