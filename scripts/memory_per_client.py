@@ -22,12 +22,16 @@ measurement on both transports, alternating which goes first; the table gives me
 With --tracemalloc every measurement runs once more per transport with tracemalloc on (in its own
 processes, so that the tracing's own memory is not in the RSS figures): the growth of the Python heap,
 and so how much of the RSS growth is native (grpc's C core, or thrust_native's Rust, tokio and their
-allocations).
+allocations). With --by-mapping each step's growth is also printed per mapping of /proc/self/smaps, with
+the transparent huge pages (AnonHugePages) apart: that is how the native transport's excess was found
+in mimalloc's arena (docs/benchmarks.md, "Memory per client and per 10,000 in-flight messages").
 
 Run (about 10 s per process):
 
     .venv/bin/python scripts/memory_per_client.py --repeat 5 --tracemalloc
     .venv/bin/python scripts/memory_per_client.py --repeat 5 --json memory.json
+    .venv/bin/python scripts/memory_per_client.py --repeat 1 --modes producers --by-mapping
+    MIMALLOC_ALLOW_THP=0 .venv/bin/python scripts/memory_per_client.py --repeat 3
 
 The children are this script run with --child MODE; they print one JSON line.
 """
@@ -37,6 +41,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import itertools
 import json
 import os
 import statistics
@@ -65,13 +70,37 @@ def status_kib(*fields: str) -> dict[str, int]:
     return out
 
 
+def mappings_kib() -> dict[str, int]:
+    """Rss and AnonHugePages (transparent huge pages) of this process by kind of mapping, from
+    /proc/self/smaps: a file's base name, [heap], [stack], or an anonymous mapping by size (mimalloc's
+    arena, thrust_native's allocator, is the one of 64 MiB or more)."""
+    out: dict[str, int] = {}
+    name = ""
+    with open("/proc/self/smaps") as fh:
+        for line in fh:
+            parts = line.split()
+            if parts and not parts[0].endswith(":"):  # a mapping's header line
+                lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                kib = (hi - lo) // 1024
+                if len(parts) > 5:
+                    name = os.path.basename(parts[5])
+                else:
+                    name = "[anon >= 64 MiB]" if kib >= 65536 else "[anon < 64 MiB]"
+            elif parts and parts[0] in ("Rss:", "AnonHugePages:"):
+                key = name if parts[0] == "Rss:" else f"{name} huge pages"
+                out[key] = out.get(key, 0) + int(parts[1])
+    return out
+
+
 class Probe:
     """Readings of this process's memory: RSS (and anonymous RSS), and the Python heap when traced."""
 
-    def __init__(self, settle: float, traced: bool) -> None:
+    def __init__(self, settle: float, traced: bool, by_mapping: bool = False) -> None:
         self.settle = settle
         self.traced = traced
+        self.by_mapping = by_mapping
         self.readings: dict[str, dict[str, int]] = {}
+        self.mappings: dict[str, dict[str, int]] = {}
 
     async def read(self, label: str) -> None:
         await asyncio.sleep(self.settle)
@@ -82,6 +111,8 @@ class Probe:
 
             reading["py_heap"] = tracemalloc.get_traced_memory()[0] // 1024
         self.readings[label] = reading
+        if self.by_mapping:
+            self.mappings[label] = mappings_kib()
 
 
 async def _wait_for(predicate: Any, timeout: float, what: str) -> None:
@@ -179,7 +210,7 @@ async def child_inflight(endpoint: str, probe: Probe) -> dict[str, Any]:
     return {"transport": transport, **held}
 
 
-def child(mode: str, endpoint: str, settle: float, traced: bool) -> None:
+def child(mode: str, endpoint: str, settle: float, traced: bool, by_mapping: bool) -> None:
     import thrust
     import thrust._io.native  # noqa: F401
 
@@ -187,10 +218,13 @@ def child(mode: str, endpoint: str, settle: float, traced: bool) -> None:
         import tracemalloc
 
         tracemalloc.start()
-    probe = Probe(settle, traced)
+    probe = Probe(settle, traced, by_mapping)
     run = {"producers": child_producers, "consumers": child_consumers, "inflight": child_inflight}[mode]
     extra = asyncio.run(run(endpoint, probe))
-    print(json.dumps({"mode": mode, "readings": probe.readings, **extra}), flush=True)
+    out = {"mode": mode, "readings": probe.readings, **extra}
+    if by_mapping:
+        out["mappings"] = probe.mappings
+    print(json.dumps(out), flush=True)
 
 
 # -- the parent -------------------------------------------------------------------------------------------
@@ -214,6 +248,7 @@ def run_child(mode: str, transport: str, args: argparse.Namespace, traced: bool)
     try:
         cmd = [sys.executable, __file__, "--child", mode, "--endpoint", server.endpoints[0]]
         cmd += ["--settle", str(args.settle)] + (["--tracemalloc"] if traced else [])
+        cmd += ["--by-mapping"] if args.by_mapping else []
         env = dict(os.environ, THRUST_TRANSPORT=transport)
         load = os.getloadavg()[0]
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
@@ -259,6 +294,17 @@ def _growth(result: dict[str, Any], mode: str, key: str) -> dict[str, float]:
     }
 
 
+def _by_mapping(mappings: dict[str, dict[str, int]]) -> dict[str, dict[str, int]]:
+    """Per step between two readings (producers 1 -> 10, ...), the mappings whose RSS moved."""
+    labels = list(mappings)
+    out: dict[str, dict[str, int]] = {}
+    for a, b in itertools.pairwise(labels):
+        before, after = mappings[a], mappings[b]
+        moved = {k: after.get(k, 0) - before.get(k, 0) for k in set(before) | set(after)}
+        out[f"{a} -> {b}"] = {k: v for k, v in sorted(moved.items()) if v}
+    return out
+
+
 def _cell(values: list[float]) -> str:
     if not values:
         return "-"
@@ -297,6 +343,8 @@ def parent(args: argparse.Namespace) -> None:
                 print(f"rep {rep} {mode} {transport}: {json.dumps(_growth(res, mode, 'VmRSS'))} "
                       f"threads {res['readings'][max(res['readings'])]['Threads']} load {res['load']}",
                       flush=True)  # fmt: skip
+                if args.by_mapping:
+                    print(f"  growth by mapping (KiB): {_by_mapping(res['mappings'])}", flush=True)
     if args.tracemalloc:
         for mode in modes:
             for transport in TRANSPORTS:
@@ -323,11 +371,16 @@ def main() -> None:
     ap.add_argument("--settle", type=float, default=1.0, help="seconds before each reading (default 1)")
     ap.add_argument("--tracemalloc", action="store_true", help="also one traced run per measurement")
     ap.add_argument("--json", default=None, help="write every reading here")
+    ap.add_argument(
+        "--by-mapping",
+        action="store_true",
+        help="also print each step's RSS growth by mapping (/proc/self/smaps), huge pages apart",
+    )
     ap.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
     ap.add_argument("--endpoint", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
-        child(args.child, args.endpoint, args.settle, args.tracemalloc)
+        child(args.child, args.endpoint, args.settle, args.tracemalloc, args.by_mapping)
     else:
         parent(args)
 
