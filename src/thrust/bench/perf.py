@@ -31,7 +31,7 @@ from typing import IO, Any
 
 from thrust.bench.lag import GcPauses, LagWindow, LoopLag, format_line, summarise
 from thrust.bench.stats import Recorder, SampleInbox, Summary, format_interval, format_summary
-from thrust.config import ClientConfig, Credentials, TlsConfig
+from thrust.config import ClientConfig, Credentials, TlsConfig, Transport
 from thrust.message import ConsumeResult, Message, ReceivedMessage
 from thrust.producer import Producer
 
@@ -57,6 +57,8 @@ class PerfOptions:
     tls: bool = False
     tls_ca: str | None = None
     tls_server_name: str | None = None
+    # the clients' `ClientConfig.transport` (`--transport`); each side's resolved one is in the results
+    transport: Transport = "auto"
     interval: float = 10.0
     duration: float = 0.0
     count: int = 0
@@ -104,6 +106,9 @@ class PerfResult:
     duplicates: int = 0
     # per interval, the loop lag and GC pauses of perf's process and of the server's (thrust.bench.lag)
     lag: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    # per side ("produce", "consume"), the transport its clients used ("native" or "grpcio": their
+    # `stats().transport`), for the sides that started clients
+    transport: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -115,6 +120,7 @@ class PerfResult:
             "received_unique": self.received_unique,
             "duplicates": self.duplicates,
             "lag": self.lag,
+            "transport": self.transport,
         }
 
 
@@ -142,8 +148,12 @@ def topic_names(options: PerfOptions) -> list[str]:
 
 def _client_kwargs(options: PerfOptions) -> dict[str, Any]:
     if options.config is not None:
-        return {"config": options.config}
-    kwargs: dict[str, Any] = {"endpoints": options.endpoints, "namespace": options.namespace}
+        return {"config": options.config}  # `transport` is the config's own
+    kwargs: dict[str, Any] = {
+        "endpoints": options.endpoints,
+        "namespace": options.namespace,
+        "transport": options.transport,
+    }
     if options.access_key is not None:
         kwargs["credentials"] = Credentials(
             access_key=options.access_key, secret_key=options.secret_key or ""
@@ -204,6 +214,7 @@ class _Run:
         self.gc_pauses = GcPauses()
         self.lag_window = LagWindow()
         self.lag_rows: list[dict[str, Any]] = []
+        self.transport: dict[str, str] = {}  # side -> the transport its clients use
         self.body = os.urandom(max(1, options.size // 2) + 1).hex()[: max(1, options.size)].encode()
 
     def _freeze(self) -> None:
@@ -213,6 +224,15 @@ class _Run:
         if self.o.gc_freeze:
             gc.collect()
             gc.freeze()
+
+    def _started(self, side: str, transports: set[str], clients: str) -> None:
+        """A side's clients have started: the transport they use ("native" or "grpcio", from their
+        `stats()`) goes in a header line, in that side's summary line and in the JSON."""
+        transport = ",".join(sorted(transports))
+        self.transport[side] = transport
+        recorder = self.send_recorder if side == "produce" else self.recv_recorder
+        recorder.extra["transport"] = transport
+        self.display.line(f"Transport ({side}): {transport} --- {clients}")
 
     # -- producer ----------------------------------------------------------------------------------------
 
@@ -359,6 +379,9 @@ class _Run:
         try:
             for p in producers:
                 await p.start()
+            self._started(
+                "produce", {p.stats().transport for p in producers}, f"{len(producers)} producer(s)"
+            )
             self._freeze()
             self.send_recorder.restart()
             cpu = time.process_time()
@@ -413,6 +436,7 @@ class _Run:
         )
         try:
             await consumer.start()
+            self._started("consume", {consumer.stats().transport}, "push consumer")
             self._freeze()
             self.recv_recorder.restart()
             await self.consuming_done.wait()
@@ -456,6 +480,7 @@ class _Run:
 
         try:
             await consumer.start()
+            self._started("consume", {consumer.stats().transport}, "simple consumer")
             self._freeze()
             self.recv_recorder.restart()
             tasks = [asyncio.create_task(loop()) for _ in range(max(1, o.receivers))]
@@ -602,6 +627,7 @@ class _Run:
             received_unique=unique,
             duplicates=self.recv_recorder.total - unique if o.track_ids else 0,
             lag=self.lag_rows,
+            transport=dict(self.transport),
         )
 
 

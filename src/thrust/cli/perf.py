@@ -17,10 +17,13 @@ import json
 import os
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from thrust.cli.loops import LOOPS, add_loop_argument
 from thrust.cli.loops import run as run_on_loop
+
+if TYPE_CHECKING:
+    from thrust.config import Transport
 
 __all__ = ["options_from_args", "register", "run"]
 
@@ -79,6 +82,14 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     g.add_argument("--tls", action="store_true", help="connect with TLS (an existing cluster only)")
     g.add_argument("--tls-ca", default=None, help="PEM CA bundle for --tls")
     g.add_argument("--tls-server-name", default=None, help="server name to verify for --tls")
+    g.add_argument(
+        "--transport",
+        choices=("auto", "native", "grpcio"),
+        default="auto",
+        help="the clients' transport (ClientConfig.transport): native (thrust-native, the Rust transport),"
+        " grpcio, or auto (the default: $THRUST_TRANSPORT when set, else native when it is installed);"
+        " the one each side used is printed and written in --json",
+    )
     g = p.add_argument_group("topics")
     g.add_argument("-t", "--topic", default="perf", help="topic name (default perf)")
     g.add_argument("--num-topics", type=int, default=1, help="topics; with N > 1 they are TOPIC-0..N-1")
@@ -245,10 +256,25 @@ def _cluster_config(args: argparse.Namespace, env: Mapping[str, str]) -> Any:
         env = {k: v for k, v in env.items() if k not in _CREDENTIAL_VARIABLES}
     if args.tls or args.tls_ca or args.tls_server_name:
         overrides["tls"] = TlsConfig(ca_file=args.tls_ca, server_name=args.tls_server_name)
+    overrides["transport"] = args.transport
     try:
         return ClientConfig.from_env(env, **overrides)
     except ValueError as exc:  # a bad ROCKETMQ_* variable or flag
         raise UsageError(str(exc)) from exc
+
+
+def _transport_problem(transport: Transport) -> str | None:
+    """Why the clients could not be built on `--transport` here (thrust-native not installed for
+    native, a bad `$THRUST_TRANSPORT` for auto), in the words of `resolve_transport`; None if they can."""
+    from thrust._io.native import resolve_transport
+    from thrust.config import ClientConfig
+    from thrust.errors import ThrustError
+
+    try:
+        resolve_transport(ClientConfig("127.0.0.1:8081", transport=transport))
+    except ThrustError as exc:
+        return f"--transport {transport}: {exc}"
+    return None
 
 
 def options_from_args(args: argparse.Namespace, environ: Mapping[str, str] | None = None) -> Any:
@@ -270,6 +296,7 @@ def options_from_args(args: argparse.Namespace, environ: Mapping[str, str] | Non
     o.tls = args.tls
     o.tls_ca = args.tls_ca
     o.tls_server_name = args.tls_server_name
+    o.transport = args.transport
     o.interval = default_interval(args.duration) if args.interval is None else args.interval
     o.duration = args.duration
     o.count = args.count
@@ -303,6 +330,8 @@ def options_from_args(args: argparse.Namespace, environ: Mapping[str, str] | Non
         # bounded memory: message ids are kept (to count duplicates) only for a bounded --count
         o.track_ids = args.count > 0
     problems = []
+    if (transport_problem := _transport_problem(args.transport)) is not None:
+        problems.append(transport_problem)
     if args.secret_key is not None and args.access_key is None:
         problems.append("--secret-key needs --access-key")
     if args.access_key is not None and secret is None:
