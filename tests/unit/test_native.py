@@ -145,3 +145,23 @@ def test_no_completion_waits_without_a_wake_up() -> None:
         taken += len(items)
         drains += 1
     assert taken == threads * per_thread
+
+
+def test_the_allocator_asks_for_no_transparent_huge_pages() -> None:
+    """thrust_native's allocator (mimalloc, built with its `no_thp` feature: native/Cargo.toml) must not
+    `madvise(MADV_HUGEPAGE)` its arena: with it, on a host whose transparent huge pages are in `madvise`
+    mode, every client's RSS grew in 2 MiB steps (docs/benchmarks.md, "Memory per client"). The kernel
+    marks such a mapping `hg` in /proc/self/smaps; this process asks for huge pages nowhere else."""
+    import select
+
+    thrust_native = pytest.importorskip("thrust_native")
+    hub = native.new_hub()
+    # Completions allocated on tokio's threads and freed on this one: the allocator has set up its arena.
+    thrust_native.push_for_test(hub, 2, 10_000)
+    taken = 0
+    while taken < 20_000:
+        select.select([hub.fileno()], [], [], 2.0)
+        taken += len(hub.drain())
+    with open("/proc/self/smaps") as smaps:
+        advised = [line for line in smaps if line.startswith("VmFlags:") and " hg" in line]
+    assert advised == []
