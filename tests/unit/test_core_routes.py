@@ -98,6 +98,27 @@ def test_retry_moves_to_another_broker() -> None:
     assert [(c.broker_name, c.queue_id) for c in cands] == [("a", 0), ("a", 1)]  # another queue at least
 
 
+def test_candidates_follow_a_new_route_and_budget_at_once() -> None:
+    """The selector keeps each topic's candidates per round-robin start while nothing is isolated; a new
+    route of the topic, another attempt budget, or an isolated endpoint must be seen on the next send."""
+    sel = QueueSelector()
+    first = route(q("a", 0, EA), q("b", 0, EB))
+    assert [sel.candidates(first, 2)[0].broker_name for _ in range(4)] == ["a", "b", "a", "b"]
+    assert [c.broker_name for c in sel.candidates(first, 2)] == ["a", "b"]
+    assert [c.broker_name for c in sel.candidates(first, 1)] == ["b"]  # another budget, at once
+    # Broker a left the route: its queue is never a candidate again.
+    second = route(q("b", 0, EB), q("c", 0, EC))
+    picks = [sel.candidates(second, 3) for _ in range(4)]
+    assert all(c.broker_name in ("b", "c") for p in picks for c in p)
+    assert {p[0].broker_name for p in picks} == {"b", "c"}
+    iso = Isolation(cooldown=10.0)
+    iso.isolate(EB, now=0.0)
+    assert [sel.candidates(second, 1, iso, now=1.0)[0].broker_name for _ in range(3)] == ["c"] * 3
+    assert {sel.candidates(second, 1, iso, now=11.0)[0].broker_name for _ in range(2)} == {"b", "c"}
+    # Its cooldown elapsed above: nothing is isolated any more.
+    assert not iso.has_entries()
+
+
 def test_isolated_endpoints_skipped_then_restored() -> None:
     r = route(q("a", 0, EA), q("b", 0, EB))
     iso = Isolation(cooldown=10.0)

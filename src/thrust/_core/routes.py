@@ -237,6 +237,10 @@ class Isolation:
             return False
         return True
 
+    def has_entries(self) -> bool:
+        """Whether any endpoint may be isolated (some may have expired: `is_isolated` says for sure)."""
+        return bool(self._until)
+
     def isolated(self, now: float) -> frozenset[Endpoint]:
         """Currently isolated endpoints (e.g. for the heartbeat to probe)."""
         for ep in [ep for ep, until in self._until.items() if now >= until]:
@@ -247,10 +251,13 @@ class Isolation:
 class QueueSelector:
     """Producer queue selection for one producer: round robin per topic, FIFO by message-group hash."""
 
-    __slots__ = ("_next",)
+    __slots__ = ("_next", "_orders")
 
     def __init__(self) -> None:
         self._next: dict[str, int] = {}
+        # Per topic, while no endpoint is isolated (the common case, on every send): the candidates of each
+        # round-robin start, computed once per route and attempt budget, since they depend on nothing else.
+        self._orders: dict[str, tuple[tuple[RouteQueue, ...], int, list[tuple[RouteQueue, ...]]]] = {}
 
     def candidates(
         self,
@@ -276,24 +283,39 @@ class QueueSelector:
         size = len(writable)
         start = self._next.get(route.topic, 0)
         self._next[route.topic] = (start + 1) % size
-        ordered = [writable[(start + i) % size] for i in range(size)]
-        want = max(1, min(max_attempts, size))
-        picked: list[RouteQueue] = []
-        brokers: set[str] = set()
-        healthy = [q for q in ordered if isolation is None or not isolation.is_isolated(q.endpoint, now)]
-        for q in healthy:
-            if q.broker_name not in brokers:
+        if isolation is not None and isolation.has_entries():
+            return _pick(writable, start, max_attempts, isolation, now)
+        cached = self._orders.get(route.topic)
+        if cached is None or cached[0] is not writable or cached[1] != max_attempts:
+            orders = [_pick(writable, s, max_attempts, None, now) for s in range(size)]
+            cached = (writable, max_attempts, orders)
+            self._orders[route.topic] = cached
+        return cached[2][start]
+
+
+def _pick(
+    writable: tuple[RouteQueue, ...], start: int, max_attempts: int, isolation: Isolation | None, now: float
+) -> tuple[RouteQueue, ...]:
+    """`QueueSelector.candidates` from round-robin position `start` (see its docstring)."""
+    size = len(writable)
+    ordered = [writable[(start + i) % size] for i in range(size)]
+    want = max(1, min(max_attempts, size))
+    picked: list[RouteQueue] = []
+    brokers: set[str] = set()
+    healthy = [q for q in ordered if isolation is None or not isolation.is_isolated(q.endpoint, now)]
+    for q in healthy:
+        if q.broker_name not in brokers:
+            picked.append(q)
+            brokers.add(q.broker_name)
+            if len(picked) == want:
+                return tuple(picked)
+    for pool in (healthy, ordered):
+        for q in pool:
+            if q not in picked:
                 picked.append(q)
-                brokers.add(q.broker_name)
                 if len(picked) == want:
                     return tuple(picked)
-        for pool in (healthy, ordered):
-            for q in pool:
-                if q not in picked:
-                    picked.append(q)
-                    if len(picked) == want:
-                        return tuple(picked)
-        return tuple(picked)
+    return tuple(picked)
 
 
 class AssignmentEndpointSelector:

@@ -47,6 +47,9 @@ from thrust._core.routes import Isolation, QueueSelector, RouteQueue, TopicRoute
 __all__ = ["Attempt", "Refusal", "SendPlan", "end_transaction_retry_delay"]
 
 
+_NONE: frozenset[Endpoint] = frozenset()
+
+
 class Refusal(IntEnum):
     """Why a send cannot start at all (the producer raises the matching typed error)."""
 
@@ -141,8 +144,11 @@ class SendPlan:
         Returns the endpoints to wait for when none is ready (then call this again once one is), and an
         empty set otherwise."""
         candidates = self._candidates
-        if all(is_ready(q.endpoint) for q in candidates):
-            return frozenset()
+        for q in candidates:  # a plain loop: this runs on every send, and all() over a generator costs more
+            if not is_ready(q.endpoint):
+                break
+        else:
+            return _NONE
         ready = tuple(q for q in candidates if is_ready(q.endpoint))
         if not ready:
             return frozenset(q.endpoint for q in candidates)
