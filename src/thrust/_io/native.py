@@ -114,8 +114,14 @@ def resolve_transport(config: ClientConfig) -> str:
     return choice
 
 
-def _failure(payload: tuple[int, str, bool], request_id: str | None, what: str) -> ThrustError:
-    code, message, _connect = payload
+def _failure(
+    payload: tuple[int, str, bool], request_id: str | None, what: str, endpoint: Endpoint | None = None
+) -> ThrustError:
+    code, message, connect = payload
+    if connect and endpoint is not None:
+        # The call never reached the server (refused, TLS handshake failed, ...): name where it tried, as
+        # the grpcio transport's `RpcClient._unreachable` does, with the connector's reason after it.
+        message = f"{endpoint} is unreachable ({message})"
     return translate_status(_STATUS_CODES.get(code), message, request_id, what)
 
 
@@ -383,7 +389,7 @@ class NativeRpcClient:
         if kind != _UNARY:
             if kind == _CANCELLED:
                 raise _channel_closed(rpc, request_id)
-            raise _failure(payload, request_id, rpc)
+            raise _failure(payload, request_id, rpc, self.endpoint)
         response = _RESPONSES[rpc](payload)
         status = response.status
         code = status.code
@@ -471,7 +477,7 @@ class NativeRpcClient:
             payload[5],
         )
         if failure is not None:
-            error = _failure(failure, request_id, "ReceiveMessage")
+            error = _failure(failure, request_id, "ReceiveMessage", self.endpoint)
             error._after_ok = code == Code.OK
             if code == Code.OK and on_message is not None:
                 for m in (*messages, *corrupted):
