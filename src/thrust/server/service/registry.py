@@ -145,7 +145,13 @@ class ClientRegistry:
         settings = merge_settings(
             reported,
             group_info,
-            lite_subscription_quota=self._config.lite_subscription_quota,
+            # A group's own quota (its `lite.sub.client.quota`) over the server's, as 5.5.0's
+            # GrpcClientSettingsManager reads it from the SubscriptionGroupConfig.
+            lite_subscription_quota=(
+                group_info.lite_quota
+                if group_info is not None and group_info.lite_quota is not None
+                else self._config.lite_subscription_quota
+            ),
             max_lite_topic_size=self._config.max_lite_topic_size,
         )
         self._settings[client_id] = settings
