@@ -65,11 +65,18 @@ class Engine:
         return name
 
     def lite_group(
-        self, bind_topic: str, *, fifo: bool = False, quota: int | None = None, prefix: str = "lg"
+        self,
+        bind_topic: str,
+        *,
+        fifo: bool = False,
+        quota: int | None = None,
+        exclusive: bool = False,
+        prefix: str = "lg",
     ) -> str:
-        """A new lite consumer group of LITE topic `bind_topic` (`quota`: lite topics per client)."""
+        """A new lite consumer group of LITE topic `bind_topic` (`quota`: lite topics per client;
+        `exclusive`: one client of the group per lite topic)."""
         name = unique(prefix)
-        self._create_lite_group(name, bind_topic, fifo, quota)
+        self._create_lite_group(name, bind_topic, fifo, quota, exclusive)
         return name
 
 
@@ -83,8 +90,10 @@ def real_engine(info: ClusterInfo, name: str = "rocketmq") -> Engine:
     def create_group(name: str, fifo: bool, max_attempts: int | None) -> None:
         admin.create_group(name, fifo=fifo, max_attempts=max_attempts)
 
-    def create_lite_group(name: str, bind_topic: str, fifo: bool, quota: int | None) -> None:
-        admin.create_group(name, fifo=fifo, lite_bind_topic=bind_topic, lite_quota=quota)
+    def create_lite_group(name: str, bind_topic: str, fifo: bool, quota: int | None, exclusive: bool) -> None:
+        admin.create_group(
+            name, fifo=fifo, lite_bind_topic=bind_topic, lite_quota=quota, lite_exclusive=exclusive
+        )
 
     # apache/rocketmq proxy ProxyConfig: minInvisibleTimeMillsForRecv 10 s,
     # grpcClientConsumerMinLongPollingTimeoutMillis 5 s (the harness keeps both defaults).
@@ -110,10 +119,12 @@ class EmbeddedInThread(ServerThread):
             )
             self.call(catalog.create_group, name, fifo=fifo, retry=retry)
 
-        def create_lite_group(name: str, bind_topic: str, fifo: bool, quota: int | None) -> None:
+        def create_lite_group(
+            name: str, bind_topic: str, fifo: bool, quota: int | None, exclusive: bool
+        ) -> None:
             # The embedded server binds no group to a topic: any group may subscribe lite topics of any
             # LITE topic (upstream refuses a group without `lite.bind.topic`).
-            self.call(catalog.create_group, name, fifo=fifo, lite_quota=quota)
+            self.call(catalog.create_group, name, fifo=fifo, lite_quota=quota, lite_exclusive=exclusive)
 
         return Engine(
             "embedded", self.server.endpoints[0], 10.0, 5.0, create_topic, create_group, create_lite_group

@@ -206,3 +206,28 @@ def test_subscribing_to_a_topic_that_is_not_lite_is_refused(lite_engine: Engine)
                 await other.close()
 
     run(scenario, 60)
+
+
+def test_an_exclusive_group_moves_a_lite_topic_and_notifies_the_previous_client(lite_engine: Engine) -> None:
+    topic = lite_engine.topic("LITE", queues=1)
+    group = lite_engine.lite_group(topic, exclusive=True)
+
+    async def scenario() -> None:
+        ep = lite_engine.endpoint
+        async with (
+            thrust.LitePushConsumer(
+                endpoints=ep, group=group, bind_topic=topic, listener=lambda m: None
+            ) as one,
+            thrust.LitePushConsumer(
+                endpoints=ep, group=group, bind_topic=topic, listener=lambda m: None
+            ) as two,
+        ):
+            await one.subscribe_lite("x")
+            await one.subscribe_lite("y")
+            await two.subscribe_lite("x")
+            # NotifyUnsubscribeLiteCommand reaches `one` over its Telemetry stream.
+            await until(lambda: one.lite_topics == {"y"}, timeout=30, what="the notice")
+            assert one.unsubscribe_notices == 1
+            assert two.lite_topics == {"x"}
+
+    run(scenario, 60)

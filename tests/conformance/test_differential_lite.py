@@ -92,6 +92,17 @@ def _settings_lite(quota: int | None = None, kind: int = d.ClientType.LITE_PUSH_
     return scenario
 
 
+async def _lite_simple_consumer_settings(ctx: Ctx) -> Any:
+    topic = await ctx.topic("LITE", queues=1)
+    group = await ctx.lite_group(topic)
+    w = ctx.wire()
+    try:
+        _, reply = await w.handshake(_lite_settings(group, topic, d.ClientType.LITE_SIMPLE_CONSUMER))
+    except grpc.aio.AioRpcError as exc:
+        return {"settings": f"grpc {exc.code().name}"}
+    return {"settings": _code(reply)}
+
+
 async def _send_lite(ctx: Ctx) -> Any:
     topic = await ctx.topic("LITE", queues=1)
     w = await _producer(ctx, topic)
@@ -197,10 +208,67 @@ async def _lite_round_trip(ctx: Ctx) -> Any:
     }
 
 
+async def _lite_nack_and_ack_without_lite_topic(ctx: Ctx) -> Any:
+    """A lite message made visible again with ChangeInvisibleDuration naming its lite topic comes back
+    with attempt 2; an ack that does not name the lite topic, then one that does."""
+    topic = await ctx.topic("LITE", queues=1)
+    group = await ctx.lite_group(topic)
+    producer = await _producer(ctx, topic)
+    w = await _lite_consumer(ctx, group, topic)
+    await _sync(w, group, topic, ADD, "n")
+    reply = await producer.send(_lite_message(topic, "n", b"x"))
+    assert reply.status.code == d.Code.OK, reply
+    first = await _receive_all(w, group, topic, 1, empty=2, invisible=20)
+    m = first[0]
+    change = s.ChangeInvisibleDurationRequest(
+        group=d.Resource(name=group),
+        topic=d.Resource(name=topic),
+        receipt_handle=m.system_properties.receipt_handle,
+        message_id=m.system_properties.message_id,
+        lite_topic="n",
+    )
+    change.invisible_duration.seconds = 1
+    changed = await w.stub.ChangeInvisibleDuration(change, metadata=w.md, timeout=5)
+    again = await _receive_all(w, group, topic, 1, empty=4, invisible=20)
+    entry = (
+        s.AckMessageEntry(
+            message_id=again[0].system_properties.message_id,
+            receipt_handle=again[0].system_properties.receipt_handle,
+        )
+        if again
+        else None
+    )
+    unnamed = None
+    named = None
+    if entry is not None:
+        request = s.AckMessageRequest(
+            group=d.Resource(name=group), topic=d.Resource(name=topic), entries=[entry]
+        )
+        unnamed = ctx.n(await w.stub.AckMessage(request, metadata=w.md, timeout=5))
+        entry.lite_topic = "n"
+        request = s.AckMessageRequest(
+            group=d.Resource(name=group), topic=d.Resource(name=topic), entries=[entry]
+        )
+        named = ctx.n(await w.stub.AckMessage(request, metadata=w.md, timeout=5))
+    return {
+        "first attempt": m.system_properties.delivery_attempt,
+        "change": _code(changed),
+        "again": [(a.system_properties.lite_topic, a.system_properties.delivery_attempt) for a in again],
+        "ack without lite topic": unnamed,
+        "ack naming it": named,
+    }
+
+
 ROWS: list[Row] = [
     Row("lite-route", _route_lite),
     Row("lite-settings-push-consumer", _settings_lite()),
     Row("lite-settings-group-quota-3", _settings_lite(quota=3)),
+    # D20: 5.5.0 has no lite simple consumer ("Client type is not consumer"); the embedded server has.
+    Row(
+        "lite-settings-simple-consumer",
+        _lite_simple_consumer_settings,
+        deviation={"settings": ("OK", "grpc INTERNAL")},
+    ),
     Row("lite-send", _send_lite),
     Row("lite-send-to-normal-topic", _bad_lite_send("s1", "NORMAL")),
     Row("lite-send-normal-message-to-lite-topic", _bad_lite_send("", message_type=d.MessageType.NORMAL)),
@@ -246,6 +314,17 @@ ROWS: list[Row] = [
         },
     ),
     Row("lite-round-trip", _lite_round_trip),
+    # D21: the embedded server finds a lite message by its lite topic, so an ack that does not name it
+    # is INVALID_RECEIPT_HANDLE; 5.5.0 keeps no state per handle (D11) and answers OK.
+    Row(
+        "lite-nack-then-ack",
+        _lite_nack_and_ack_without_lite_topic,
+        timeout=90.0,
+        deviation={
+            "ack without lite topic.entries[0].status": ("INVALID_RECEIPT_HANDLE", "OK"),
+            "ack without lite topic.status": ("INVALID_RECEIPT_HANDLE", "OK"),
+        },
+    ),
 ]
 
 
