@@ -122,9 +122,16 @@ class EmbeddedInThread(ServerThread):
         def create_lite_group(
             name: str, bind_topic: str, fifo: bool, quota: int | None, exclusive: bool
         ) -> None:
-            # The embedded server binds no group to a topic: any group may subscribe lite topics of any
-            # LITE topic (upstream refuses a group without `lite.bind.topic`).
-            self.call(catalog.create_group, name, fifo=fifo, lite_quota=quota, lite_exclusive=exclusive)
+            # Bound like upstream's; the embedded server also lets an unbound group consume lite topics
+            # (upstream refuses a group without `lite.bind.topic`, D18).
+            self.call(
+                catalog.create_group,
+                name,
+                fifo=fifo,
+                lite_quota=quota,
+                lite_exclusive=exclusive,
+                lite_bind_topic=bind_topic,
+            )
 
         return Engine(
             "embedded", self.server.endpoints[0], 10.0, 5.0, create_topic, create_group, create_lite_group

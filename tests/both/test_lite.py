@@ -195,9 +195,8 @@ def test_subscribing_to_a_topic_that_is_not_lite_is_refused(lite_engine: Engine)
         other = thrust.LitePushConsumer(
             endpoints=lite_engine.endpoint, group=group, bind_topic=plain, listener=lambda m: None
         )
-        # The embedded server refuses the subscription (ILLEGAL_TOPIC); 5.5.0's proxy refuses the
-        # consumer's Settings already, since the group is bound to another topic (docs/interop-findings.md,
-        # D18). Either way the client fails typed and never consumes.
+        # Both servers refuse the consumer's Settings: its group is bound to another topic
+        # (`lite.bind.topic`).
         with pytest.raises(thrust.BadRequestError):
             await other.start()
             try:

@@ -140,6 +140,15 @@ def _sync_row(kind: str = "LITE", *names: str, quota: int | None = None, bound: 
     return scenario
 
 
+async def _sync_other_lite_topic(ctx: Ctx) -> Any:
+    """A lite group bound to one LITE topic: its consumer's Settings naming another, and a
+    SyncLiteSubscription on the other."""
+    bound, other = await ctx.topic("LITE", queues=1), await ctx.topic("LITE", queues=1)
+    group = await ctx.lite_group(bound)
+    w, settings = await _try_lite_consumer(ctx, group, other)
+    return {"settings": settings, "add": await _sync(w, group, other, ADD, "a")}
+
+
 async def _sync_unknown_group(ctx: Ctx) -> Any:
     topic = await ctx.topic("LITE", queues=1)
     group = ctx.name("never-created-group-l1", "group")
@@ -277,15 +286,11 @@ ROWS: list[Row] = [
     Row("lite-sync-add-remove-complete", _sync_row("LITE", "a", "b")),
     # Names are checked on PARTIAL_ADD only, by both (5.5.0's ClientActivity.syncLiteSubscription).
     Row("lite-sync-illegal-name", _sync_row("LITE", "a b")),
-    # D18: the embedded server binds no group to a topic (no `lite.bind.topic`): it accepts a lite
-    # consumer of a group bound to another topic, where 5.5.0's proxy ends the Telemetry stream.
-    Row(
-        "lite-sync-not-a-lite-topic",
-        _sync_row("NORMAL", "a"),
-        deviation={"settings": ("OK", "grpc INVALID_ARGUMENT")},
-    ),
-    # D18 again: an ordinary group is refused lite mode by 5.5.0 ("regular group cannot use LITE mode",
-    # then ILLEGAL_TOPIC for each subscription); the embedded server lets any group subscribe.
+    # A lite group's consumer of another topic: both end its Telemetry stream (`lite.bind.topic`) and
+    # answer ILLEGAL_TOPIC.
+    Row("lite-sync-not-a-lite-topic", _sync_row("NORMAL", "a")),
+    # D18: an ordinary group is refused lite mode by 5.5.0 ("regular group cannot use LITE mode", then
+    # ILLEGAL_TOPIC for each subscription); the embedded server lets an unbound group subscribe.
     Row(
         "lite-sync-unbound-group",
         _sync_row("LITE", "a", bound=False),
@@ -298,6 +303,7 @@ ROWS: list[Row] = [
     ),
     # D19: an unknown group is CONSUMER_GROUP_NOT_FOUND here, as on every other RPC; 5.5.0 answers
     # ILLEGAL_CONSUMER_GROUP (it is no lite group).
+    Row("lite-sync-other-lite-topic", _sync_other_lite_topic),
     Row(
         "lite-sync-unknown-group",
         _sync_unknown_group,

@@ -34,11 +34,13 @@ def test_group_spec_options() -> None:
         ("g:max-attempts=", "max-attempts must be an integer >= 1, got ''"),
         (
             "g:max-attempts",
-            "unknown option 'max-attempts' (expected fifo, max-attempts=N, lite-exclusive or lite-quota=N)",
+            "unknown option 'max-attempts' (expected fifo, max-attempts=N, lite-exclusive, lite-quota=N "
+            "or lite=PARENT)",
         ),
         (
             "g:retries=3",
-            "unknown option 'retries=3' (expected fifo, max-attempts=N, lite-exclusive or lite-quota=N)",
+            "unknown option 'retries=3' (expected fifo, max-attempts=N, lite-exclusive, lite-quota=N "
+            "or lite=PARENT)",
         ),
         ("g:fifo=1", "unknown option 'fifo=1'"),
         ("g:fifo:fifo", "option 'fifo' given twice"),

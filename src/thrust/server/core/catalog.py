@@ -126,6 +126,7 @@ class Catalog:
         retry: GroupRetryPolicy | None = None,
         lite_exclusive: bool = False,
         lite_quota: int | None = None,
+        lite_bind_topic: str | None = None,
     ) -> GroupInfo:
         """Create (or reconfigure) a consumer group; returns its info.
 
@@ -142,7 +143,12 @@ class Catalog:
             # proxy would then send as a negative quota; 0 (no lite topic at all) is the least useful.
             raise BrokerError(Code.BAD_REQUEST, f"lite_quota must be >= 0, got {lite_quota}")
         info = GroupInfo(
-            name=name, fifo=fifo, retry=policy, lite_exclusive=lite_exclusive, lite_quota=lite_quota
+            name=name,
+            fifo=fifo,
+            retry=policy,
+            lite_exclusive=lite_exclusive,
+            lite_quota=lite_quota,
+            lite_bind_topic=lite_bind_topic or None,
         )
         self._groups[name] = info
         return info

@@ -77,9 +77,9 @@ class OffsetRpcs:
             self._port.group(group)
             info = self._port.topic(topic)
             ginfo = self._port.catalog.group(group)
-            if MessageType.LITE not in info.types:
-                # ILLEGAL_TOPIC, as a 5.5.0 proxy answers a subscription to a topic that is not LITE
-                # (tests/conformance/test_differential_lite.py, lite-sync-not-a-lite-topic).
+            if MessageType.LITE not in info.types or ginfo.lite_bind_topic not in (None, topic):
+                # ILLEGAL_TOPIC, as a 5.5.0 proxy answers a subscription to a topic that is not LITE, or
+                # not the one the group is bound to (tests/conformance/test_differential_lite.py).
                 raise Invalid(Code.ILLEGAL_TOPIC, f"topic {topic!r} is not a LITE topic")
             config = self._port.server.config
             names = list(request.lite_topic_set)

@@ -108,6 +108,7 @@ class EmbeddedServer:
                 retry=group.retry,
                 lite_exclusive=group.lite_exclusive,
                 lite_quota=group.lite_quota,
+                lite_bind_topic=group.lite_bind_topic,
             )
         self.brokers = [
             Broker(
