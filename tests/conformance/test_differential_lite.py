@@ -59,17 +59,18 @@ async def _try_lite_consumer(ctx: Ctx, group: str, topic: str) -> tuple[Wire, st
     return w, _code(reply)
 
 
-async def _sync(w: Wire, group: str, topic: str, action: int, *names: str) -> str:
-    reply = await w.stub.SyncLiteSubscription(
-        s.SyncLiteSubscriptionRequest(
-            action=action,  # type: ignore[arg-type]
-            topic=d.Resource(name=topic),
-            group=d.Resource(name=group),
-            lite_topic_set=list(names),
-        ),
-        metadata=w.md,
-        timeout=10,
+async def _sync(
+    w: Wire, group: str, topic: str, action: int, *names: str, offset: d.OffsetOption | None = None
+) -> str:
+    request = s.SyncLiteSubscriptionRequest(
+        action=action,  # type: ignore[arg-type]
+        topic=d.Resource(name=topic),
+        group=d.Resource(name=group),
+        lite_topic_set=list(names),
     )
+    if offset is not None:
+        request.offset_option.CopyFrom(offset)
+    reply = await w.stub.SyncLiteSubscription(request, metadata=w.md, timeout=10)
     return _code(reply)
 
 
@@ -268,6 +269,29 @@ async def _lite_nack_and_ack_without_lite_topic(ctx: Ctx) -> Any:
     }
 
 
+async def _offset_options(ctx: Ctx) -> Any:
+    """Three messages in each of two lite topics before anyone subscribed; a new group subscribes one
+    with `OffsetOption` MAX (only what comes next), the other with `tail_n` 1, which counts back from the
+    group's position: a group without one starts at the oldest message on both (upstream's
+    `LiteSubscriptionRegistryImpl.resetOffset`)."""
+    topic = await ctx.topic("LITE", queues=1)
+    group = await ctx.lite_group(topic, fifo=True)
+    producer = await _producer(ctx, topic)
+    for i in range(3):
+        for lt in ("mx", "tl"):
+            reply = await producer.send(_lite_message(topic, lt, b"%s%d" % (lt.encode(), i)))
+            assert reply.status.code == d.Code.OK, reply
+    w = await _lite_consumer(ctx, group, topic)
+    codes = [
+        await _sync(w, group, topic, ADD, "mx", offset=d.OffsetOption(policy=d.OffsetOption.Policy.MAX)),
+        await _sync(w, group, topic, ADD, "tl", offset=d.OffsetOption(tail_n=1)),
+    ]
+    reply = await producer.send(_lite_message(topic, "mx", b"mx-new"))
+    assert reply.status.code == d.Code.OK, reply
+    got = await _receive_all(w, group, topic, 2, empty=2, invisible=20)
+    return {"sync": codes, "received": sorted(m.body.decode() for m in got)}
+
+
 ROWS: list[Row] = [
     Row("lite-route", _route_lite),
     Row("lite-settings-push-consumer", _settings_lite()),
@@ -320,6 +344,7 @@ ROWS: list[Row] = [
         },
     ),
     Row("lite-round-trip", _lite_round_trip),
+    Row("lite-offset-options", _offset_options),
     # D21: the embedded server finds a lite message by its lite topic, so an ack that does not name it
     # is INVALID_RECEIPT_HANDLE; 5.5.0 keeps no state per handle (D11) and answers OK.
     Row(
