@@ -269,3 +269,15 @@ def test_attach_from_env_tells_lite_clusters_apart(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv(ENV_VAR, lite.to_json())
     assert attach_from_env("cluster") is None
     assert attach_from_env(lite=True) == lite
+
+
+def test_thrust_cluster_refuses_lite_where_it_cannot_run(capsys: pytest.CaptureFixture[str]) -> None:
+    from thrust.cli.main import main
+
+    # Refused before anything starts: lite needs cluster mode and 5.5+.
+    assert main(["cluster", "--lite", "--mode", "local"]) == 2
+    assert "mode='cluster'" in capsys.readouterr().err
+    assert main(["cluster", "--lite", "--version", "5.4.0"]) == 2
+    assert "5.5 or later" in capsys.readouterr().err
+    assert main(["cluster", "--group", "g:lite="]) == 2
+    assert "NAME[:fifo][:lite=PARENT]" in capsys.readouterr().err
