@@ -68,8 +68,9 @@ native: $(NATIVE_STAMP)
 # Four workers on two cores: most of the reliability and fault tests wait (invisible times, long polls,
 # a paused server) rather than compute, so they overlap well. Every phase names its transport
 # ($THRUST_TRANSPORT: what a client with the default transport="auto" takes; docs/install.md): each runs on
-# grpcio, and the client suites (NATIVE_SUITES) once more on the native transport. Two phases:
-# 1. everything that needs no real RocketMQ (`-m "not real"`), with no JVM running beside it;
+# grpcio, and the client suites (NATIVE_SUITES) once more on the native transport. Two phases, then the
+# lite step (REAL55 below):
+# 1. everything that needs no real RocketMQ (`-m "$(NOT_REAL)"`), with no JVM running beside it;
 # 2. the tests marked `real` (tests/conftest.py: the client suites on the real proxy, the official client
 #    on it, the differential table), inside `thrust cluster --mode both --exec`, which starts a real
 #    Apache RocketMQ (a local-mode proxy with its broker, and two brokers behind a cluster-mode proxy)
@@ -95,8 +96,9 @@ NOT_REAL := not real and not realfaults and not real55
 # 5.4 phase: `thrust cluster --lite --brokers 1` (a namesrv, one broker with enableLmq and
 # enableMultiDispatch, a cluster-mode proxy: 5.5.0's local mode serves no lite subscriptions), then the
 # tests marked `real55` (tests/conftest.py: tests/both/test_lite.py, the lite differential table
-# tests/conformance/test_differential_lite.py) on both transports. Only these: 5.5.0's broker spins a
-# core for good after a transaction (src/thrust/cluster/jars.py).
+# tests/conformance/test_differential_lite.py) on both transports, -n 2 (the cluster has one broker);
+# 71 s in all at load 3 on two cores (27 tests each). Only these: 5.5.0's broker spins a core for good
+# after a transaction (src/thrust/cluster/jars.py). The step runs once the 5.4 phase passed.
 COV_FLOOR := 77
 UVLOOP_SUITES := tests/client tests/push
 # The client suites that run once more on the native transport (every phase above runs on grpcio: the
