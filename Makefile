@@ -68,8 +68,9 @@ native: $(NATIVE_STAMP)
 # Four workers on two cores: most of the reliability and fault tests wait (invisible times, long polls,
 # a paused server) rather than compute, so they overlap well. Every phase names its transport
 # ($THRUST_TRANSPORT: what a client with the default transport="auto" takes; docs/install.md): each runs on
-# grpcio, and the client suites (NATIVE_SUITES) once more on the native transport. Two phases:
-# 1. everything that needs no real RocketMQ (`-m "not real"`), with no JVM running beside it;
+# grpcio, and the client suites (NATIVE_SUITES) once more on the native transport. Two phases, then the
+# lite step (REAL55 below):
+# 1. everything that needs no real RocketMQ (`-m "$(NOT_REAL)"`), with no JVM running beside it;
 # 2. the tests marked `real` (tests/conftest.py: the client suites on the real proxy, the official client
 #    on it, the differential table), inside `thrust cluster --mode both --exec`, which starts a real
 #    Apache RocketMQ (a local-mode proxy with its broker, and two brokers behind a cluster-mode proxy)
@@ -90,6 +91,14 @@ native: $(NATIVE_STAMP)
 # module's top level unmeasured. `--cov-report=` leaves out the per-file table; pytest-cov still prints
 # the total ("Total coverage: ..."); `--cov-report=term:skip-covered` lists it file by file.
 REAL_PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider
+NOT_REAL := not real and not realfaults and not real55
+# Lite topics (RocketMQ 5.5; docs/lite-topics.md) run on a real 5.5.0 in a step of their own, after the
+# 5.4 phase: `thrust cluster --lite --brokers 1` (a namesrv, one broker with enableLmq and
+# enableMultiDispatch, a cluster-mode proxy: 5.5.0's local mode serves no lite subscriptions), then the
+# tests marked `real55` (tests/conftest.py: tests/both/test_lite.py, the lite differential table
+# tests/conformance/test_differential_lite.py) on both transports, -n 2 (the cluster has one broker);
+# 71 s in all at load 3 on two cores (27 tests each). Only these: 5.5.0's broker spins a core for good
+# after a transaction (src/thrust/cluster/jars.py). The step runs once the 5.4 phase passed.
 COV_FLOOR := 77
 UVLOOP_SUITES := tests/client tests/push
 # The client suites that run once more on the native transport (every phase above runs on grpcio: the
@@ -97,20 +106,24 @@ UVLOOP_SUITES := tests/client tests/push
 NATIVE_SUITES := tests/client tests/push tests/both tests/unit/test_native.py
 pytest: $(STAMP) $(NATIVE_STAMP)
 	THRUST_TRANSPORT=grpcio $(BIN)/python -m pytest -q -p no:cacheprovider -p no:thrust -n 4 \
-	  -m "not real and not realfaults" --cov=thrust --cov-branch --cov-report=
+	  -m "$(NOT_REAL)" --cov=thrust --cov-branch --cov-report=
 	THRUST_TRANSPORT=native $(BIN)/python -m pytest -q -p no:cacheprovider -p no:thrust -n 4 \
-	  -m "not real and not realfaults" --cov=thrust --cov-branch --cov-append --cov-report= \
+	  -m "$(NOT_REAL)" --cov=thrust --cov-branch --cov-append --cov-report= \
 	  --cov-fail-under=$(COV_FLOOR) $(NATIVE_SUITES)
 	THRUST_TEST_LOOP=uvloop THRUST_TRANSPORT=grpcio $(BIN)/python -m pytest -q -p no:cacheprovider \
-	  -p no:thrust -n 4 -m "not real and not realfaults" $(UVLOOP_SUITES)
+	  -p no:thrust -n 4 -m "$(NOT_REAL)" $(UVLOOP_SUITES)
 	THRUST_TEST_LOOP=uvloop THRUST_TRANSPORT=native $(BIN)/python -m pytest -q -p no:cacheprovider \
-	  -p no:thrust -n 4 -m "not real and not realfaults" $(UVLOOP_SUITES)
+	  -p no:thrust -n 4 -m "$(NOT_REAL)" $(UVLOOP_SUITES)
 	$(BIN)/thrust cluster --mode both --exec sh -c \
 	  'THRUST_TRANSPORT=grpcio $(REAL_PYTEST) -n 4 -m real; a=$$?; \
 	   THRUST_TRANSPORT=native $(REAL_PYTEST) -n 4 -m real $(NATIVE_SUITES); n=$$?; \
 	   THRUST_TRANSPORT=grpcio $(REAL_PYTEST) -m realfaults tests/reliability; b=$$?; \
 	   THRUST_TRANSPORT=native $(REAL_PYTEST) -m realfaults tests/reliability; c=$$?; \
 	   [ $$a -eq 0 ] && [ $$n -eq 0 ] && [ $$b -eq 0 ] && [ $$c -eq 0 ]'
+	$(BIN)/thrust cluster --lite --brokers 1 --exec sh -c \
+	  'THRUST_TRANSPORT=grpcio $(REAL_PYTEST) -n 2 -m real55; a=$$?; \
+	   THRUST_TRANSPORT=native $(REAL_PYTEST) -n 2 -m real55; n=$$?; \
+	   [ $$a -eq 0 ] && [ $$n -eq 0 ]'
 
 # Faults on a real two-broker RocketMQ alone (R1-R7: brokers and proxies killed and restarted, black
 # hole, slow path, orphaned transaction, rebalance), with their recovery figures printed (-s).
@@ -133,7 +146,7 @@ test: lint typecheck layers docs pytest compat
 # interop (the official client) or real/realfaults (a real RocketMQ). About a minute on two quiet cores;
 # `make test` still runs everything.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -p no:cacheprovider -n 4 -m "not slow and not interop and not real and not realfaults"
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 4 -m "not slow and not interop and $(NOT_REAL)"
 
 # Regenerate the protobuf/gRPC modules from src/thrust/_proto/apache/rocketmq/v2/*.proto.
 proto: $(STAMP)

@@ -38,7 +38,7 @@ class Engine:
     """A running server and what tests need to know about its limits."""
 
     name: str
-    """"embedded" or "rocketmq" (the pytest id)."""
+    """"embedded", "rocketmq" or "rocketmq55" (the real 5.5 lite cluster; the pytest id)."""
     endpoint: str
     min_invisible: float
     """The shortest invisible duration a receive may ask for (the proxy's minInvisibleTimeMillsForRecv)."""
@@ -46,10 +46,11 @@ class Engine:
     """The shortest long-poll wait the server honours (shorter ones are raised to this)."""
     _create_topic: Any = field(repr=False)
     _create_group: Any = field(repr=False)
+    _create_lite_group: Any = field(repr=False, default=None)
 
     @property
     def real(self) -> bool:
-        return self.name == "rocketmq"
+        return self.name != "embedded"
 
     def topic(self, kind: str = "NORMAL", *, queues: int = 4, prefix: str = "t") -> str:
         """A new topic of `kind` (NORMAL, FIFO, DELAY, TRANSACTION), created and routable."""
@@ -63,8 +64,23 @@ class Engine:
         self._create_group(name, fifo, max_attempts)
         return name
 
+    def lite_group(
+        self,
+        bind_topic: str,
+        *,
+        fifo: bool = False,
+        quota: int | None = None,
+        exclusive: bool = False,
+        prefix: str = "lg",
+    ) -> str:
+        """A new lite consumer group of LITE topic `bind_topic` (`quota`: lite topics per client;
+        `exclusive`: one client of the group per lite topic)."""
+        name = unique(prefix)
+        self._create_lite_group(name, bind_topic, fifo, quota, exclusive)
+        return name
 
-def real_engine(info: ClusterInfo) -> Engine:
+
+def real_engine(info: ClusterInfo, name: str = "rocketmq") -> Engine:
     admin = RemotingAdmin(info.brokers)
 
     def create_topic(name: str, kind: str, queues: int) -> None:
@@ -74,9 +90,14 @@ def real_engine(info: ClusterInfo) -> Engine:
     def create_group(name: str, fifo: bool, max_attempts: int | None) -> None:
         admin.create_group(name, fifo=fifo, max_attempts=max_attempts)
 
+    def create_lite_group(name: str, bind_topic: str, fifo: bool, quota: int | None, exclusive: bool) -> None:
+        admin.create_group(
+            name, fifo=fifo, lite_bind_topic=bind_topic, lite_quota=quota, lite_exclusive=exclusive
+        )
+
     # apache/rocketmq proxy ProxyConfig: minInvisibleTimeMillsForRecv 10 s,
     # grpcClientConsumerMinLongPollingTimeoutMillis 5 s (the harness keeps both defaults).
-    return Engine("rocketmq", info.endpoint, 10.0, 5.0, create_topic, create_group)
+    return Engine(name, info.endpoint, 10.0, 5.0, create_topic, create_group, create_lite_group)
 
 
 class EmbeddedInThread(ServerThread):
@@ -98,4 +119,20 @@ class EmbeddedInThread(ServerThread):
             )
             self.call(catalog.create_group, name, fifo=fifo, retry=retry)
 
-        return Engine("embedded", self.server.endpoints[0], 10.0, 5.0, create_topic, create_group)
+        def create_lite_group(
+            name: str, bind_topic: str, fifo: bool, quota: int | None, exclusive: bool
+        ) -> None:
+            # Bound like upstream's; the embedded server also lets an unbound group consume lite topics
+            # (upstream refuses a group without `lite.bind.topic`, D18).
+            self.call(
+                catalog.create_group,
+                name,
+                fifo=fifo,
+                lite_quota=quota,
+                lite_exclusive=exclusive,
+                lite_bind_topic=bind_topic,
+            )
+
+        return Engine(
+            "embedded", self.server.endpoints[0], 10.0, 5.0, create_topic, create_group, create_lite_group
+        )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -25,11 +26,14 @@ from thrust.cluster import (
     ClusterInfo,
     JarsError,
     RemotingAdmin,
+    RocketMQCluster,
+    attach_from_env,
     fetch_jars,
 )
 from thrust.cluster import tls as tls_module
 from thrust.cluster.control import ControlServer
-from thrust.cluster.process import wait_routable
+from thrust.cluster.jars import supports_lite
+from thrust.cluster.process import ENV_VAR, wait_routable
 from thrust.cluster.tls import harness_certificate
 
 
@@ -219,3 +223,61 @@ def test_control_socket_carries_each_operation_and_its_errors(tmp_path: Path) ->
     assert not (tmp_path / "control.sock").exists()
     with pytest.raises(ClusterError, match="cluster control"):
         ClusterControl(str(tmp_path / "control.sock")).pid("proxy")
+
+
+def test_lite_options_are_checked_and_reach_the_broker_config(tmp_path: Path) -> None:
+    assert [supports_lite(v) for v in ("5.4.0", "5.5.0", "5.5.1", "5.6.0-SNAPSHOT", "6.0.0", "x")] == [
+        False,
+        True,
+        True,
+        True,
+        True,
+        False,
+    ]
+    with pytest.raises(ValueError, match="mode='cluster'"):
+        RocketMQCluster("local", version="5.5.0", lite=True)
+    with pytest.raises(ValueError, match=r"5\.5 or later"):
+        RocketMQCluster("cluster", version="5.4.0", lite=True)
+    with pytest.raises(ValueError, match="brokers must be 1 or 2"):
+        RocketMQCluster("cluster", brokers=3)
+    with pytest.raises(ValueError, match="brokers applies"):
+        RocketMQCluster("local", brokers=1)
+    cluster = RocketMQCluster(
+        "cluster", version="5.5.0", lite=True, brokers=1, groups=["svc:fifo:lite=chat", "plain"]
+    )
+    assert cluster.groups == (("svc", True, "chat"), ("plain", False, None))
+    for bad in ("svc:lite=", "svc:fifo:fifo", "svc:other", ":fifo"):
+        with pytest.raises(ValueError, match="NAME"):
+            RocketMQCluster("cluster", groups=[bad])
+    cluster.root = tmp_path
+    conf, _ = cluster._broker_conf("broker-a", "127.0.0.1:9876", "127.0.0.1")
+    lines = conf.read_text().splitlines()
+    assert "enableLmq=true" in lines and "enableMultiDispatch=true" in lines
+    plain = RocketMQCluster("cluster")
+    plain.root = tmp_path / "plain"
+    conf, _ = plain._broker_conf("broker-a", "127.0.0.1:9876", "127.0.0.1")
+    assert "enableLmq" not in conf.read_text()
+
+
+def test_attach_from_env_tells_lite_clusters_apart(monkeypatch: pytest.MonkeyPatch) -> None:
+    plain = ClusterInfo("127.0.0.1:1", "127.0.0.1:2", ("127.0.0.1:3",), "cluster", "5.4.0")
+    lite = ClusterInfo("127.0.0.1:4", "127.0.0.1:5", ("127.0.0.1:6",), "cluster", "5.5.0", lite=True)
+    assert ClusterInfo.from_json(lite.to_json()) == lite
+    monkeypatch.setenv(ENV_VAR, json.dumps([json.loads(plain.to_json()), json.loads(lite.to_json())]))
+    assert attach_from_env("cluster") == plain
+    assert attach_from_env("cluster", lite=True) == lite
+    monkeypatch.setenv(ENV_VAR, lite.to_json())
+    assert attach_from_env("cluster") is None
+    assert attach_from_env(lite=True) == lite
+
+
+def test_thrust_cluster_refuses_lite_where_it_cannot_run(capsys: pytest.CaptureFixture[str]) -> None:
+    from thrust.cli.main import main
+
+    # Refused before anything starts: lite needs cluster mode and 5.5+.
+    assert main(["cluster", "--lite", "--mode", "local"]) == 2
+    assert "mode='cluster'" in capsys.readouterr().err
+    assert main(["cluster", "--lite", "--version", "5.4.0"]) == 2
+    assert "5.5 or later" in capsys.readouterr().err
+    assert main(["cluster", "--group", "g:lite="]) == 2
+    assert "NAME[:fifo][:lite=PARENT]" in capsys.readouterr().err

@@ -93,6 +93,11 @@ class Ctx:
         name = await asyncio.to_thread(self.engine.group, fifo=fifo, max_attempts=max_attempts)
         return self._register(name, "group")
 
+    async def lite_group(self, bind_topic: str, *, fifo: bool = False, quota: int | None = None) -> str:
+        """A lite consumer group bound to LITE topic `bind_topic` (`Engine.lite_group`)."""
+        name = await asyncio.to_thread(self.engine.lite_group, bind_topic, fifo=fifo, quota=quota)
+        return self._register(name, "group")
+
     def wire(self, client_id: str | None = "", **kwargs: Any) -> Wire:
         """A connection; `client_id=""` makes a fresh id, None sends no `x-mq-client-id`."""
         if client_id == "":

@@ -32,8 +32,16 @@ def test_group_spec_options() -> None:
         ("g:max-attempts=-1", "max-attempts must be an integer >= 1, got '-1'"),
         ("g:max-attempts=two", "max-attempts must be an integer >= 1, got 'two'"),
         ("g:max-attempts=", "max-attempts must be an integer >= 1, got ''"),
-        ("g:max-attempts", "unknown option 'max-attempts' (expected fifo, max-attempts=N or lite-exclusive)"),
-        ("g:retries=3", "unknown option 'retries=3' (expected fifo, max-attempts=N or lite-exclusive)"),
+        (
+            "g:max-attempts",
+            "unknown option 'max-attempts' (expected fifo, max-attempts=N, lite-exclusive, lite-quota=N "
+            "or lite=PARENT)",
+        ),
+        (
+            "g:retries=3",
+            "unknown option 'retries=3' (expected fifo, max-attempts=N, lite-exclusive, lite-quota=N "
+            "or lite=PARENT)",
+        ),
         ("g:fifo=1", "unknown option 'fifo=1'"),
         ("g:fifo:fifo", "option 'fifo' given twice"),
         (":fifo", "the group name is empty"),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import grpc
 import pytest
 
 from tests.server._wire import Wire, handles, message, messages_of, run, status_of
@@ -188,8 +189,13 @@ def test_sync_actions_and_the_quota() -> None:
             assert broker.lite_subscription("test-client") == ("g", "parent", ["b", "c", "d"])
             assert (await _sync(w, "g", "parent", A.COMPLETE_REMOVE)).status.code == Code.OK
             assert broker.lite_subscription("test-client") is None
-            # Only a LITE topic has lite subscriptions.
-            assert (await _sync(w, "g", "plain", A.PARTIAL_ADD, "a")).status.code == Code.BAD_REQUEST
+            # Only a LITE topic has lite subscriptions (ILLEGAL_TOPIC, as 5.5.0's proxy answers).
+            assert (await _sync(w, "g", "plain", A.PARTIAL_ADD, "a")).status.code == Code.ILLEGAL_TOPIC
+            # Names are checked on PARTIAL_ADD only, as upstream's ClientActivity.syncLiteSubscription.
+            bad = await _sync(w, "g", "parent", A.PARTIAL_ADD, "a b")
+            assert bad.status.code == Code.ILLEGAL_LITE_TOPIC
+            assert (await _sync(w, "g", "parent", A.COMPLETE_ADD, "a b")).status.code == Code.OK
+            assert broker.lite_subscription("test-client") == ("g", "parent", ["a b"])
 
     run(scenario())
 
@@ -359,3 +365,62 @@ def test_thrust_send_lite_topic(capsys: pytest.CaptureFixture[str]) -> None:
         assert "ValidationError" in capsys.readouterr().err
     received = ReceivedMessage(topic="chat", body=b"x", message_id="m", lite_topic="s-1")
     assert message_to_json(received)["lite_topic"] == "s-1"
+
+
+def test_a_groups_lite_quota_overrides_the_servers() -> None:
+    assert parse_group("g:lite-quota=1").lite_quota == 1
+    assert parse_group("g").lite_quota is None
+    for bad in ("g:lite-quota=-1", "g:lite-quota=x", "g:lite-quota"):
+        with pytest.raises(ValueError, match="lite-quota"):
+            parse_group(bad)
+
+    async def scenario() -> None:
+        async with (
+            embedded_server(topics=["parent:1:LITE"], groups=["g:lite-quota=1", "h"]) as srv,
+            Wire(srv.endpoints[0]) as w,
+        ):
+            # Settings carry the group's quota (GrpcClientSettingsManager reads lite.sub.client.quota),
+            # another group's the server's default.
+            settings = d.Settings(
+                client_type=d.ClientType.LITE_PUSH_CONSUMER,
+                subscription=d.Subscription(group=d.Resource(name="g")),
+            )
+            _, reply = await w.handshake(settings)
+            assert reply.settings.subscription.lite_subscription_quota == 1
+            assert (await _sync(w, "g", "parent", A.PARTIAL_ADD, "a")).status.code == Code.OK
+            over = await _sync(w, "g", "parent", A.PARTIAL_ADD, "b")
+            assert over.status.code == Code.LITE_SUBSCRIPTION_QUOTA_EXCEEDED
+            assert (await _sync(w, "h", "parent", A.PARTIAL_ADD, "a", "b")).status.code == Code.OK
+
+    run(scenario())
+
+
+def test_a_bound_group_takes_lite_consumers_of_its_topic_only() -> None:
+    assert parse_group("g:lite=parent").lite_bind_topic == "parent"
+    with pytest.raises(ValueError, match="lite=PARENT"):
+        parse_group("g:lite=")
+
+    async def scenario() -> None:
+        async with (
+            embedded_server(
+                topics=["parent:1:LITE", "other:1:LITE"], groups=["g:lite=parent", "free"]
+            ) as srv,
+            Wire(srv.endpoints[0], "bound-ok") as ok,
+            Wire(srv.endpoints[0], "bound-wrong") as wrong,
+            Wire(srv.endpoints[0], "unbound") as unbound,
+        ):
+            await ok.consumer("g", "parent", kind=d.ClientType.LITE_PUSH_CONSUMER)
+            assert (await _sync(ok, "g", "parent", A.PARTIAL_ADD, "a")).status.code == Code.OK
+            # Another topic: the Settings end the stream (gRPC INVALID_ARGUMENT, as 5.5.0's proxy), and a
+            # subscription to it is ILLEGAL_TOPIC.
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await wrong.consumer("g", "other", kind=d.ClientType.LITE_PUSH_CONSUMER)
+            assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "expected to bind topic parent" in (refused.value.details() or "")
+            assert (await _sync(wrong, "g", "other", A.PARTIAL_ADD, "a")).status.code == Code.ILLEGAL_TOPIC
+            # An unbound group takes any LITE topic (D18); a bound group's ordinary consumers are not checked.
+            await unbound.consumer("free", "other", kind=d.ClientType.LITE_PUSH_CONSUMER)
+            assert (await _sync(unbound, "free", "other", A.PARTIAL_ADD, "a")).status.code == Code.OK
+            await unbound.consumer("g", "other")
+
+    run(scenario())

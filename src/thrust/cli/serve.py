@@ -121,10 +121,12 @@ def register(subparsers: Any) -> None:
         "--group",
         action="append",
         default=[],
-        metavar="NAME[:fifo][:max-attempts=N][:lite-exclusive]",
+        metavar="NAME[:fifo][:max-attempts=N][:lite-exclusive][:lite-quota=N][:lite=PARENT]",
         help="create a consumer group; fifo: ordered consumption; max-attempts=N: deliveries before a "
         "message goes to %%DLQ%%NAME (default 17, hours of backoff; e.g. 2 to reach the DLQ in seconds); "
-        "lite-exclusive: one client of the group per lite topic, the previous one is told to unsubscribe",
+        "lite-exclusive: one client of the group per lite topic, the previous one is told to unsubscribe; "
+        "lite-quota=N: lite topics one client of the group may subscribe to (default "
+        "--lite-subscription-quota); lite=PARENT: its lite consumers must consume LITE topic PARENT",
     )
     parser.add_argument(
         "--access-key", default=None, help="enable MQv2-HMAC-SHA1 authentication with this key"

@@ -19,7 +19,7 @@ from __future__ import annotations
 from thrust.cluster.admin import AdminError, RemotingAdmin
 from thrust.cluster.control import ClusterControl
 from thrust.cluster.errors import ClusterError
-from thrust.cluster.jars import ROCKETMQ_VERSION, JarsError, fetch_jars
+from thrust.cluster.jars import LITE_VERSION, ROCKETMQ_VERSION, JarsError, fetch_jars
 from thrust.cluster.process import (
     STANDARD_GROUPS,
     STANDARD_TOPICS,
@@ -29,6 +29,7 @@ from thrust.cluster.process import (
 )
 
 __all__ = [
+    "LITE_VERSION",
     "ROCKETMQ_VERSION",
     "STANDARD_GROUPS",
     "STANDARD_TOPICS",

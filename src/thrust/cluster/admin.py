@@ -31,8 +31,9 @@ UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: Final = 200
 _RESPONSE_FLAG: Final = 1  # RemotingCommand RPC_TYPE bit: set on replies
 _SUCCESS: Final = 0
 
-MESSAGE_TYPES: Final = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "PRIORITY", "MIXED")
-"""Values of the topic attribute `message.type` (apache/rocketmq `common/.../TopicMessageType.java`)."""
+MESSAGE_TYPES: Final = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "PRIORITY", "MIXED", "LITE")
+"""Values of the topic attribute `message.type` (apache/rocketmq `common/.../TopicMessageType.java`;
+LITE from 5.5.0, whose brokers need `enableLmq` and `enableMultiDispatch` for it)."""
 
 
 class AdminError(RuntimeError):
@@ -90,6 +91,9 @@ class RemotingAdmin:
         fifo: bool = False,
         max_attempts: int | None = None,
         retry_delays: Sequence[float] | None = None,
+        lite_bind_topic: str | None = None,
+        lite_quota: int | None = None,
+        lite_exclusive: bool = False,
         brokers: Iterable[int] | None = None,
     ) -> None:
         """Create (or update) consumer group `name`. `fifo` is upstream's `consumeMessageOrderly` (the
@@ -97,7 +101,14 @@ class RemotingAdmin:
         the dead-letter queue (the group's `retryMaxTimes` is `max_attempts - 1`; default 16 retries);
         `retry_delays` the group's customized retry policy in seconds (upstream's default is 1 s, 5 s,
         10 s, 30 s, 1 min, ...), which the proxy sends to consumers as
-        `Settings.backoff_policy.customized_backoff.next` (`GrpcClientSettingsManager`)."""
+        `Settings.backoff_policy.customized_backoff.next` (`GrpcClientSettingsManager`).
+
+        RocketMQ 5.5's lite topics: `lite_bind_topic` makes it a lite consumer group of that LITE topic
+        (group attribute `lite.bind.topic`; the proxy refuses lite subscriptions of a group without it),
+        `lite_quota` the lite topics one client of the group may subscribe to (`lite.sub.client.quota`,
+        default 2000, sent to clients as `Settings.subscription.lite_subscription_quota`),
+        `lite_exclusive` one client per lite topic (`lite.sub.model=Exclusive`)
+        (`SubscriptionGroupAttributes`)."""
         if max_attempts is not None and max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
         if retry_delays is not None and (not retry_delays or min(retry_delays) < 0):
@@ -120,6 +131,17 @@ class RemotingAdmin:
                 "type": "CUSTOMIZED",
                 "customizedRetryPolicy": {"next": [round(d * 1000) for d in retry_delays]},
             }
+        attributes: dict[str, str] = {}
+        if lite_bind_topic is not None:
+            attributes["lite.bind.topic"] = lite_bind_topic
+        if lite_quota is not None:
+            attributes["lite.sub.client.quota"] = str(lite_quota)
+        if lite_exclusive:
+            attributes["lite.sub.model"] = "Exclusive"
+        if attributes:
+            # AttributeParser's form, as `mqadmin updateSubGroup -a +key=value` sends it: "+" adds the
+            # attribute (SubscriptionGroupManager checks and applies it through AttributeUtil).
+            config["attributes"] = {f"+{k}": v for k, v in attributes.items()}
         body = json.dumps(config).encode()
         for address in self._targets(brokers):
             self._call(address, UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body, f"create group {name!r}")

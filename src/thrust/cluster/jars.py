@@ -16,7 +16,16 @@ import tempfile
 from pathlib import Path
 from typing import Final
 
-__all__ = ["MAVEN_DEPENDENCY_PLUGIN", "ROCKETMQ_VERSION", "JarsError", "cache_root", "fetch_jars", "require"]
+__all__ = [
+    "LITE_VERSION",
+    "MAVEN_DEPENDENCY_PLUGIN",
+    "ROCKETMQ_VERSION",
+    "JarsError",
+    "cache_root",
+    "fetch_jars",
+    "require",
+    "supports_lite",
+]
 
 ROCKETMQ_VERSION: Final = os.environ.get("THRUST_ROCKETMQ_VERSION") or "5.4.0"
 """The Apache RocketMQ release the harness runs ($THRUST_ROCKETMQ_VERSION overrides it).
@@ -28,11 +37,26 @@ test machine that halves the CPU of everything after the transaction tests. thru
 5.5.0 too (`THRUST_ROCKETMQ_VERSION=5.5.0 make test`; docs/interop-findings.md).
 """
 
+LITE_VERSION: Final = os.environ.get("THRUST_ROCKETMQ_LITE_VERSION") or "5.5.0"
+"""The release the lite-topic suite runs (`thrust cluster --lite`; $THRUST_ROCKETMQ_LITE_VERSION overrides
+it): lite topics came with 5.5.0. Only lite tests run on it, none with transactions (see above). 5.5.0,
+not 5.5.1: Maven Central serves 5.5.1's broker and store but no rocketmq-proxy 5.5.1."""
+
 MAVEN_DEPENDENCY_PLUGIN: Final = "3.6.1"
 
 ARTIFACTS: Final = ("rocketmq-namesrv", "rocketmq-broker", "rocketmq-proxy", "rocketmq-tools")
 
 _MARKER: Final = ".complete"
+
+
+def supports_lite(version: str) -> bool:
+    """Whether RocketMQ `version` ("5.5.0", "5.6.0-SNAPSHOT") has lite topics: 5.5 and later."""
+    parts = []
+    for part in version.split("-")[0].split(".")[:2]:
+        if not part.isdigit():
+            return False
+        parts.append(int(part))
+    return tuple(parts) >= (5, 5)
 
 
 class JarsError(RuntimeError):

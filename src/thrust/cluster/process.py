@@ -7,7 +7,12 @@ Two shapes:
 - `mode="local"`: a namesrv and one proxy in local mode, the broker running inside the proxy's JVM
   (`ProxyStartup -pm local -bc broker.conf`): two JVMs, the cheapest real engine.
 - `mode="cluster"`: a namesrv, brokers `broker-a` and `broker-b`, and one cluster-mode proxy that talks
-  to them over remoting: four JVMs, for routes and assignments that span two brokers.
+  to them over remoting: four JVMs, for routes and assignments that span two brokers (`brokers=1`:
+  `broker-a` alone, three JVMs).
+
+`lite=True` (RocketMQ 5.5 and later, cluster mode) turns on what lite topics need: the brokers' light
+message queues (`enableLmq`, `enableMultiDispatch`). Only a cluster-mode proxy serves lite subscriptions:
+5.5.0's local-mode proxy has no `LiteSubscriptionService` behind SyncLiteSubscription.
 
 Every process gets its own `user.home` (logs land in `~/logs/rocketmqlogs`), its own logback file from
 the jars (`rmq.<role>.logback.xml`), a small heap and free loopback ports. The store and the homes live
@@ -39,7 +44,7 @@ from typing import Any, Final, Literal
 from thrust.cluster.admin import MESSAGE_TYPES, RemotingAdmin
 from thrust.cluster.control import ControlServer
 from thrust.cluster.errors import ClusterError
-from thrust.cluster.jars import ROCKETMQ_VERSION, fetch_jars, require
+from thrust.cluster.jars import ROCKETMQ_VERSION, fetch_jars, require, supports_lite
 from thrust.cluster.tls import harness_certificate
 
 __all__ = [
@@ -114,6 +119,8 @@ class ClusterInfo:
     control: str | None = None
     """The Unix socket of the process that owns the JVMs, when it serves one (`thrust cluster --exec`):
     `ClusterControl(info.control)` kills, terminates and restarts them from another process."""
+    lite: bool = False
+    """The brokers serve lite topics (`RocketMQCluster(lite=True)`)."""
 
     def to_json(self) -> str:
         return json.dumps(
@@ -125,6 +132,7 @@ class ClusterInfo:
                 "version": self.version,
                 "tls_cert": self.tls_cert,
                 "control": self.control,
+                "lite": self.lite,
             }
         )
 
@@ -139,14 +147,16 @@ class ClusterInfo:
             raw["version"],
             raw.get("tls_cert"),
             raw.get("control"),
+            bool(raw.get("lite", False)),
         )
 
     def admin(self) -> RemotingAdmin:
         return RemotingAdmin(self.brokers)
 
 
-def attach_from_env(mode: str | None = None) -> ClusterInfo | None:
-    """The cluster that `thrust cluster --exec` started for this process, if any (and of `mode`).
+def attach_from_env(mode: str | None = None, *, lite: bool = False) -> ClusterInfo | None:
+    """The cluster that `thrust cluster --exec` started for this process, if any (and of `mode`; a lite
+    cluster (`--lite`) only when `lite`, an ordinary one only when not).
 
     `THRUST_ROCKETMQ` holds one `ClusterInfo` JSON object, or a JSON list of them (one per mode).
     """
@@ -156,7 +166,7 @@ def attach_from_env(mode: str | None = None) -> ClusterInfo | None:
     items = json.loads(raw)
     for item in items if isinstance(items, list) else [items]:
         info = ClusterInfo.from_json(json.dumps(item))
-        if mode is None or info.mode == mode:
+        if (mode is None or info.mode == mode) and info.lite == lite:
             return info
     return None
 
@@ -305,11 +315,14 @@ class RocketMQCluster:
         mode: `"local"` (namesrv + a local-mode proxy with its broker inside) or `"cluster"` (namesrv,
             two brokers, a cluster-mode proxy).
         topics: created with `mqadmin updateTopicList` at start, as `NAME` or `NAME:TYPE` (TYPE one of
-            NORMAL, FIFO, DELAY, TRANSACTION, PRIORITY, MIXED).
-        groups: created with `mqadmin updateSubGroupList` at start, as `NAME` or `NAME:fifo`. The
+            NORMAL, FIFO, DELAY, TRANSACTION, PRIORITY, MIXED, LITE).
+        groups: created with `mqadmin updateSubGroupList` at start, as `NAME`, `NAME:fifo`, and with
+            `:lite=PARENT` a lite consumer group bound to LITE topic PARENT. The
             brokers do not create groups (`autoCreateSubscriptionGroup=false`): a consumer of any other
             group is refused with CONSUMER_GROUP_NOT_FOUND until `create_group` makes it.
         version: the RocketMQ release (default: `ROCKETMQ_VERSION`).
+        brokers: in cluster mode, how many brokers (1 or 2; default 2).
+        lite: the brokers serve lite topics (5.5 and later, cluster mode only).
         proxy_config: extra `rmq-proxy.json` keys over the harness's
             (e.g. `{"minInvisibleTimeMillsForRecv": 1000}`).
         broker_config: extra broker `.conf` keys over the harness's.
@@ -328,6 +341,8 @@ class RocketMQCluster:
         topics: Iterable[str] = (),
         groups: Iterable[str] = (),
         version: str = ROCKETMQ_VERSION,
+        brokers: int = 2,
+        lite: bool = False,
         proxy_config: Mapping[str, Any] | None = None,
         broker_config: Mapping[str, str] | None = None,
         startup_timeout: float = 420.0,
@@ -336,10 +351,22 @@ class RocketMQCluster:
     ) -> None:
         if mode not in ("local", "cluster"):
             raise ValueError(f"mode must be 'local' or 'cluster', got {mode!r}")
+        if brokers not in (1, 2):
+            raise ValueError(f"brokers must be 1 or 2, got {brokers}")
+        if brokers != 2 and mode == "local":
+            raise ValueError(
+                "a local-mode proxy runs its one broker inside; brokers applies to mode='cluster'"
+            )
+        if lite and mode != "cluster":
+            raise ValueError("lite topics need mode='cluster' (a local-mode proxy does not serve them)")
+        if lite and not supports_lite(version):
+            raise ValueError(f"lite topics need RocketMQ 5.5 or later, not {version}")
         self.mode = mode
         self.topics = tuple(_parse_topic(t) for t in topics)
         self.groups = tuple(_parse_group(g) for g in groups)
         self.version = version
+        self.broker_count = brokers
+        self.lite = lite
         self.proxy_config = dict(proxy_config or {})
         self.broker_config = dict(broker_config or {})
         self.startup_timeout = startup_timeout
@@ -377,8 +404,19 @@ class RocketMQCluster:
         self.admin.create_topic(name, message_type, queues=queues)
         wait_routable(self.endpoint, name, deadline=time.monotonic() + 30)
 
-    def create_group(self, name: str, *, fifo: bool = False, max_attempts: int | None = None) -> None:
-        self.admin.create_group(name, fifo=fifo, max_attempts=max_attempts)
+    def create_group(
+        self,
+        name: str,
+        *,
+        fifo: bool = False,
+        max_attempts: int | None = None,
+        lite_bind_topic: str | None = None,
+        lite_quota: int | None = None,
+    ) -> None:
+        """Create consumer group `name` on every broker (`RemotingAdmin.create_group`)."""
+        self.admin.create_group(
+            name, fifo=fifo, max_attempts=max_attempts, lite_bind_topic=lite_bind_topic, lite_quota=lite_quota
+        )
 
     def process(self, name: str) -> subprocess.Popen[bytes]:
         """The running JVM `name` ("namesrv", "proxy", "broker-a", "broker-b"), e.g. for its pid."""
@@ -530,7 +568,7 @@ class RocketMQCluster:
             _start_proxy(proxy, deadline)
         else:
             started = []
-            for name in ("broker-a", "broker-b"):
+            for name in ("broker-a", "broker-b")[: self.broker_count]:
                 conf, port = self._broker_conf(name, ns_addr, host)
                 brokers.append(f"{host}:{port}")
                 broker = self._jvm(name, "broker", ["-c", str(conf), "-n", ns_addr], lib)
@@ -562,6 +600,7 @@ class RocketMQCluster:
             self.mode,
             self.version,
             tls_cert=None if self._tls is None else str(self._tls[0]),
+            lite=self.lite,
         )
         self._mqadmin(lib, ns_addr, deadline)
         for name, _ in self.topics:
@@ -640,6 +679,11 @@ class RocketMQCluster:
             # The test machines' disks are large but shared; the broker's 90 % "disk full" guard applies.
             "diskMaxUsedSpaceRatio": "95",
         }
+        if self.lite:
+            # A lite topic's messages go to a light message queue of its own (`%LMQ%parent$lite`), which
+            # the broker keeps only with both on (BrokerConfig, MessageStoreConfig; upstream's defaults
+            # are off).
+            settings.update(enableLmq="true", enableMultiDispatch="true")
         settings.update(self.broker_config)
         conf = self.root / name / "broker.conf"
         conf.write_text("".join(f"{k}={v}\n" for k, v in settings.items()))
@@ -682,8 +726,10 @@ class RocketMQCluster:
                             "consumeMessageOrderly": fifo,
                             "retryQueueNums": 1,
                             "retryMaxTimes": 16,
+                            # RemotingAdmin.create_group's form of the lite group attribute.
+                            **({"attributes": {"+lite.bind.topic": bind}} if bind else {}),
                         }
-                        for name, fifo in self.groups
+                        for name, fifo, bind in self.groups
                     ]
                 )
             )
@@ -744,11 +790,21 @@ def _parse_topic(spec: str) -> tuple[str, str]:
     return name, kind
 
 
-def _parse_group(spec: str) -> tuple[str, bool]:
-    name, _, flag = spec.partition(":")
-    if not name or flag.lower() not in ("", "fifo"):
-        raise ValueError(f"group {spec!r} is not NAME[:fifo]")
-    return name, flag.lower() == "fifo"
+def _parse_group(spec: str) -> tuple[str, bool, str | None]:
+    """`NAME`, `NAME:fifo`, `NAME:lite=PARENT` (a lite group bound to LITE topic PARENT) or both."""
+    name, *options = spec.split(":")
+    fifo = False
+    bind: str | None = None
+    for option in options:
+        if option.lower() == "fifo" and not fifo:
+            fifo = True
+        elif option.lower().startswith("lite=") and bind is None and option[5:]:
+            bind = option[5:]
+        else:
+            raise ValueError(f"group {spec!r} is not NAME[:fifo][:lite=PARENT]")
+    if not name:
+        raise ValueError(f"group {spec!r} is not NAME[:fifo][:lite=PARENT]")
+    return name, fifo, bind
 
 
 def wait_routable(endpoint: str, topic: str, *, deadline: float) -> None:

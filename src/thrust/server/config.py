@@ -27,7 +27,7 @@ fits."""
 DEFAULT_DATE_TIME_WINDOW: Final = 15 * 60.0
 """S5 (docs/reliability.md §5): +-15 min on `x-mq-date-time` when auth is on and TLS is off."""
 
-_GROUP_SYNTAX: Final = "NAME[:fifo][:max-attempts=N][:lite-exclusive]"
+_GROUP_SYNTAX: Final = "NAME[:fifo][:max-attempts=N][:lite-exclusive][:lite-quota=N][:lite=PARENT]"
 
 _MIXED = (MessageType.NORMAL, MessageType.FIFO, MessageType.DELAY, MessageType.TRANSACTION)
 
@@ -47,12 +47,17 @@ class TopicSpec:
 class GroupSpec:
     """A consumer group to create at start (`fifo` = upstream's consumeMessageOrderly; `retry`: its max
     delivery attempts and backoff, None for upstream's defaults, 17 attempts; `lite_exclusive` =
-    upstream's liteSubExclusive: one client of the group per lite topic, docs/lite-topics.md)."""
+    upstream's liteSubExclusive: one client of the group per lite topic, docs/lite-topics.md;
+    `lite_quota`: upstream's `lite.sub.client.quota`, lite topics per client of the group, None for the
+    server's `lite_subscription_quota`; `lite_bind_topic`: upstream's `lite.bind.topic`, the LITE topic
+    the group's lite consumers must consume, None for any)."""
 
     name: str
     fifo: bool = False
     retry: GroupRetryPolicy | None = None
     lite_exclusive: bool = False
+    lite_quota: int | None = None
+    lite_bind_topic: str | None = None
 
 
 def parse_topic(spec: str | TopicSpec) -> TopicSpec:
@@ -108,8 +113,9 @@ def _is_int(text: str) -> bool:
 
 
 def parse_group(spec: str | GroupSpec) -> GroupSpec:
-    """`NAME[:fifo][:max-attempts=N][:lite-exclusive]`: options after the name, each at most once, in any
-    order.
+    """`NAME[:fifo][:max-attempts=N][:lite-exclusive][:lite-quota=N][:lite=PARENT]`: options after the
+    name, each at most once, in any order. `lite-quota=N` (N >= 0): lite topics one client of the group may
+    subscribe to; `lite=PARENT`: the group's lite consumers must consume LITE topic PARENT.
 
     `max-attempts=N` (N >= 1) is the group's deliveries before a message goes to `%DLQ%NAME` (upstream's
     subscription group `retryMaxTimes` + 1); without it the group keeps upstream's default of 17, whose
@@ -128,6 +134,8 @@ def parse_group(spec: str | GroupSpec) -> GroupSpec:
     fifo = False
     lite_exclusive = False
     max_attempts: int | None = None
+    lite_quota: int | None = None
+    lite_bind_topic: str | None = None
     seen: set[str] = set()
     for option in options:
         key, eq, value = option.partition("=")
@@ -139,6 +147,12 @@ def parse_group(spec: str | GroupSpec) -> GroupSpec:
             fifo = True
         elif key == "lite-exclusive" and not eq:
             lite_exclusive = True
+        elif key == "lite" and eq and value.strip():
+            lite_bind_topic = value.strip()
+        elif key == "lite-quota" and eq:
+            if not value.strip().isdigit():
+                raise ValueError(f"group spec {spec!r}: lite-quota must be an integer >= 0, got {value!r}")
+            lite_quota = int(value)
         elif key == "max-attempts" and eq:
             try:
                 max_attempts = int(value)
@@ -149,10 +163,17 @@ def parse_group(spec: str | GroupSpec) -> GroupSpec:
         else:
             raise ValueError(
                 f"group spec {spec!r}: unknown option {option!r} "
-                "(expected fifo, max-attempts=N or lite-exclusive)"
+                "(expected fifo, max-attempts=N, lite-exclusive, lite-quota=N or lite=PARENT)"
             )
     retry = None if max_attempts is None else GroupRetryPolicy(max_attempts=max_attempts)
-    return GroupSpec(name, fifo=fifo, retry=retry, lite_exclusive=lite_exclusive)
+    return GroupSpec(
+        name,
+        fifo=fifo,
+        retry=retry,
+        lite_exclusive=lite_exclusive,
+        lite_quota=lite_quota,
+        lite_bind_topic=lite_bind_topic,
+    )
 
 
 @dataclass(frozen=True, slots=True)

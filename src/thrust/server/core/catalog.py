@@ -125,18 +125,31 @@ class Catalog:
         fifo: bool = False,
         retry: GroupRetryPolicy | None = None,
         lite_exclusive: bool = False,
+        lite_quota: int | None = None,
+        lite_bind_topic: str | None = None,
     ) -> GroupInfo:
         """Create (or reconfigure) a consumer group; returns its info.
 
         Raises:
-            BrokerError(BAD_REQUEST): empty name or `retry.max_attempts < 1`.
+            BrokerError(BAD_REQUEST): empty name, `retry.max_attempts < 1` or `lite_quota < 0`.
         """
         if not name:
             raise BrokerError(Code.BAD_REQUEST, "group name is empty")
         policy = retry if retry is not None else GroupRetryPolicy()
         if policy.max_attempts < 1:
             raise BrokerError(Code.BAD_REQUEST, f"max_attempts must be >= 1, got {policy.max_attempts}")
-        info = GroupInfo(name=name, fifo=fifo, retry=policy, lite_exclusive=lite_exclusive)
+        if lite_quota is not None and lite_quota < 0:
+            # SubscriptionGroupAttributes.LITE_SUB_CLIENT_QUOTA_ATTRIBUTE's range starts at -1, which the
+            # proxy would then send as a negative quota; 0 (no lite topic at all) is the least useful.
+            raise BrokerError(Code.BAD_REQUEST, f"lite_quota must be >= 0, got {lite_quota}")
+        info = GroupInfo(
+            name=name,
+            fifo=fifo,
+            retry=policy,
+            lite_exclusive=lite_exclusive,
+            lite_quota=lite_quota,
+            lite_bind_topic=lite_bind_topic or None,
+        )
         self._groups[name] = info
         return info
 

@@ -140,12 +140,16 @@ class TopicInfo:
 class GroupInfo:
     """A consumer group. `fifo` is upstream's `consumeMessageOrderly` (docs/protocol.md §3.3); `retry` its
     backoff; `lite_exclusive` upstream's `liteSubExclusive`: a lite topic is consumed by one client of the
-    group at a time (core/lite.py)."""
+    group at a time (core/lite.py); `lite_quota` upstream's `lite.sub.client.quota`: the lite topics one
+    client of the group may subscribe to (None: the server's `lite_subscription_quota`); `lite_bind_topic`
+    upstream's `lite.bind.topic`: the LITE topic the group's lite consumers must consume (None: any)."""
 
     name: str
     fifo: bool = False
     retry: GroupRetryPolicy = field(default_factory=GroupRetryPolicy)
     lite_exclusive: bool = False
+    lite_quota: int | None = None
+    lite_bind_topic: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,8 @@ from typing import Final
 
 import grpc
 
-from thrust._codec.validation import check_group
+from thrust._codec.status import Code
+from thrust._codec.validation import Invalid, check_group
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as d
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as s
 from thrust.server.config import ServerConfig
@@ -28,6 +29,7 @@ from thrust.server.service.status import _STATUS_OK, logger
 from thrust.server.settings import HandshakeSettings, merge_settings
 
 _TELEMETRY_QUEUE: Final = 1024  # outgoing commands buffered per stream
+_LITE_CLIENTS: Final = (d.ClientType.LITE_PUSH_CONSUMER, d.ClientType.LITE_SIMPLE_CONSUMER)
 
 
 class _Session:
@@ -142,10 +144,18 @@ class ClientRegistry:
             # An unknown group gets the default settings, neither refused nor created
             # (GrpcClientSettingsManager.mergeSubscriptionData reads the config and keeps the defaults).
             group_info = self._catalog.find_group(reported.subscription.group.name)
+            if group_info is not None and group_info.lite_bind_topic is not None:
+                _check_lite_binding(reported, group_info.name, group_info.lite_bind_topic)
         settings = merge_settings(
             reported,
             group_info,
-            lite_subscription_quota=self._config.lite_subscription_quota,
+            # A group's own quota (its `lite.sub.client.quota`) over the server's, as 5.5.0's
+            # GrpcClientSettingsManager reads it from the SubscriptionGroupConfig.
+            lite_subscription_quota=(
+                group_info.lite_quota
+                if group_info is not None and group_info.lite_quota is not None
+                else self._config.lite_subscription_quota
+            ),
             max_lite_topic_size=self._config.max_lite_topic_size,
         )
         self._settings[client_id] = settings
@@ -344,3 +354,21 @@ class ClientRegistry:
             topics = settings.merged.publishing.topics if settings.merged.HasField("publishing") else ()
             if any(t.name == topic for t in topics) and self.send_command(client_id, command, broker=index):
                 return
+
+
+def _check_lite_binding(reported: d.Settings, group: str, bind: str) -> None:
+    """A lite consumer of a group bound to LITE topic `bind` (`lite.bind.topic`) subscribes to it alone:
+    5.5.0's proxy refuses the Settings otherwise. BAD_REQUEST ends the Telemetry stream with gRPC
+    INVALID_ARGUMENT (client.py), as the proxy ends it.
+
+    Raises:
+        Invalid(BAD_REQUEST): a subscription to another topic.
+    """
+    if reported.client_type not in _LITE_CLIENTS:
+        return
+    for entry in reported.subscription.subscriptions:
+        if entry.topic.name != bind:
+            raise Invalid(
+                Code.BAD_REQUEST,
+                f"lite group {group} is expected to bind topic {bind}, but actual is {entry.topic.name}",
+            )

@@ -103,7 +103,12 @@ class EmbeddedServer:
             self.catalog.create_topic(topic.name, topic.queues, topic.types, hosts)
         for group in config.groups:
             self.catalog.create_group(
-                group.name, fifo=group.fifo, retry=group.retry, lite_exclusive=group.lite_exclusive
+                group.name,
+                fifo=group.fifo,
+                retry=group.retry,
+                lite_exclusive=group.lite_exclusive,
+                lite_quota=group.lite_quota,
+                lite_bind_topic=group.lite_bind_topic,
             )
         self.brokers = [
             Broker(
