@@ -159,8 +159,12 @@ def test_s8b_pending_long_polls_bounded_per_topic_not_per_group() -> None:
         async with embedded_server(topics=["t", "u"], groups=["g"], max_pending_polls=2) as srv:
             ep = srv.endpoints[0]
             async with (
-                thrust.SimpleConsumer(endpoints=ep, group="g", subscriptions={"t": "*"}, await_duration=8) as c,
-                thrust.SimpleConsumer(endpoints=ep, group="g", subscriptions={"u": "*"}, await_duration=8) as d,
+                thrust.SimpleConsumer(
+                    endpoints=ep, group="g", subscriptions={"t": "*"}, await_duration=8
+                ) as c,
+                thrust.SimpleConsumer(
+                    endpoints=ep, group="g", subscriptions={"u": "*"}, await_duration=8
+                ) as d,
                 thrust.Producer(endpoints=ep, topics=["u"]) as p,
             ):
                 waiting = [asyncio.create_task(c.receive()) for _ in range(2)]

@@ -98,7 +98,7 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     if not values:
         return None
     ordered = sorted(values)
-    rank = max(0, min(len(ordered) - 1, int(round(q * len(ordered) + 0.5)) - 1))
+    rank = max(0, min(len(ordered) - 1, round(q * len(ordered) + 0.5) - 1))
     return ordered[rank]
 
 
@@ -331,7 +331,9 @@ class _Run:
 
         row = ScaleRow(kind="lite", topics=n)
         sink = _Sink(asyncio.get_running_loop())
-        consumer = LitePushConsumer(self.config, group="scale-lite", bind_topic="lite-parent", listener=sink.listener)
+        consumer = LitePushConsumer(
+            self.config, group="scale-lite", bind_topic="lite-parent", listener=sink.listener
+        )
         async with consumer:
             t0 = time.perf_counter()
             await asyncio.gather(*(consumer.subscribe_lite(f"lite-{i}") for i in range(n)))

@@ -1,4 +1,5 @@
-"""`thrust perf produce|consume|e2e` (and `scale`: thrust.cli.perf_scale): load generator and latency meter, in the spirit of pulsar-perf.
+"""`thrust perf produce|consume|e2e`: load generator and latency meter, in the spirit of pulsar-perf
+(`thrust perf scale`, a consumer of many topics: thrust.cli.perf_scale).
 
 It connects as `thrust send` and `thrust consume` do, with `ClientConfig.from_env`: `--endpoints` (else
 `$ROCKETMQ_ENDPOINTS`) names an existing cluster, whose topics and group must exist, and the connection

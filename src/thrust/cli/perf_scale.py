@@ -38,8 +38,12 @@ def _kinds(text: str) -> tuple[str, ...]:
 
 def add_scale(modes: Any) -> None:
     p = modes.add_parser("scale", help=_DESCRIPTION, description=_DESCRIPTION)
-    p.add_argument("--topics", type=_counts, default=(10, 100, 1000), help="topic counts (default 10,100,1000)")
-    p.add_argument("--kinds", type=_kinds, default=("normal", "fifo"), help="group kinds (default normal,fifo)")
+    p.add_argument(
+        "--topics", type=_counts, default=(10, 100, 1000), help="topic counts (default 10,100,1000)"
+    )
+    p.add_argument(
+        "--kinds", type=_kinds, default=("normal", "fifo"), help="group kinds (default normal,fifo)"
+    )
     p.add_argument(
         "--lite-topics", type=_counts, default=(10_000,), help="lite topic counts, 0 for none (default 10000)"
     )
@@ -51,7 +55,9 @@ def add_scale(modes: Any) -> None:
     p.add_argument("--paced-rate", type=float, default=500.0, help="paced phase msg/s (default 500)")
     p.add_argument("--paced-seconds", type=float, default=4.0, help="paced phase seconds (default 4)")
     p.add_argument("--quiet-probes", type=int, default=5, help="quiet topics probed (default 5)")
-    p.add_argument("--repeat", type=int, default=1, help="runs of the whole set; medians reported (default 1)")
+    p.add_argument(
+        "--repeat", type=int, default=1, help="runs of the whole set; medians reported (default 1)"
+    )
     p.add_argument(
         "--transport", choices=("auto", "grpcio", "native"), default="auto", help="the clients' transport"
     )
@@ -91,5 +97,7 @@ def run_scale_cli(args: argparse.Namespace) -> int:
         print(json.dumps(row))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"runs": [[r.to_json() for r in rows] for rows in runs], "medians": medians}, f, indent=1)
+            json.dump(
+                {"runs": [[r.to_json() for r in rows] for rows in runs], "medians": medians}, f, indent=1
+            )
     return 0
