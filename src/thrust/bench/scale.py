@@ -51,12 +51,19 @@ class ScaleOptions:
     kinds: tuple[str, ...] = ("normal", "fifo")
     brokers: int = 2
     queues: int = 1  # queues per topic and broker: a FIFO group has one assignment per queue
-    idle_seconds: float = 10.0
-    settle_seconds: float = 3.0  # after every queue exists, before the idle window
+    # Two of the push consumer's 15 s long polls, so that every idle queue's poll ends and is renewed in it.
+    idle_seconds: float = 30.0
+    # After every queue exists, before the idle window; None: one assignment-scan period of the topics
+    # (`max(5, topics / 20)` s), so that the window sees the steady scan rate, not the first scans.
+    settle_seconds: float | None = None
     quiet_probes: int = 5
     hot_messages: int = 20_000
     paced_rate: float = 500.0
     paced_seconds: float = 4.0
+    # A FIFO group consumes a queue one message after another (each waits for its ack): a smaller backlog
+    # and a rate it can keep up with, so that the p99 is latency rather than queueing.
+    fifo_hot_messages: int = 4_000
+    fifo_paced_rate: float = 100.0
     size: int = 64
     lite_topics: tuple[int, ...] = (10_000,)
     transport: Transport = "auto"
@@ -205,7 +212,7 @@ class _Run:
 
     async def _drain(self, sink: _Sink, topic: str) -> float | None:
         """Store `hot_messages` on `topic` and time their consumption: msg/s (None: timed out)."""
-        n = self.o.hot_messages
+        n = self.o.fifo_hot_messages if self._kind == "fifo" else self.o.hot_messages
         event = sink.until(topic, sink.count(topic) + n)
         t0 = time.perf_counter()
         await asyncio.to_thread(self.server.command, "fill", topic=topic, count=n, size=self.o.size)
@@ -219,7 +226,8 @@ class _Run:
     async def _paced(self, producer: Producer, sink: _Sink, topic: str) -> tuple[float | None, float | None]:
         """`paced_rate` msg/s to `topic` for `paced_seconds`: the p50 and p99 of born -> listener."""
         o = self.o
-        total = max(1, int(o.paced_rate * o.paced_seconds))
+        rate = o.fifo_paced_rate if self._kind == "fifo" else o.paced_rate
+        total = max(1, int(rate * o.paced_seconds))
         lat = sink.record_latency(topic)
         event = sink.until(topic, sink.count(topic) + total)
         body = b"x" * o.size
@@ -227,7 +235,7 @@ class _Run:
         t0 = loop.time()
         pending: list[asyncio.Future[Any]] = []
         for i in range(total):
-            delay = t0 + i / o.paced_rate - loop.time()
+            delay = t0 + i / rate - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
             # A FIFO group's messages spread over 8 message groups, as FIFO users key them.
@@ -260,7 +268,8 @@ class _Run:
     async def _idle(self, row: ScaleRow, group: str) -> None:
         """The idle window: nothing is sent; what the client and the server spend."""
         server = self.server
-        await asyncio.sleep(self.o.settle_seconds)
+        settle = self.o.settle_seconds
+        await asyncio.sleep(max(5.0, row.topics / 20) if settle is None else settle)
         gc.collect()
         await asyncio.to_thread(server.command, "reset")
         scpu0 = (await asyncio.to_thread(server.command, "cpu"))["cpu"]
@@ -290,7 +299,7 @@ class _Run:
             alone = self._consumer(f"alone-{kind}", ["hot-alone"], sink)
             async with alone:
                 await self._ready(alone, per_topic)
-                await asyncio.sleep(o.settle_seconds)
+                await asyncio.sleep(1.0)  # its first polls parked
                 row.alone_msgs_per_second = _round(await self._drain(sink, "hot-alone"))
                 p50, p99 = await self._paced(producer, sink, "hot-alone")
                 row.alone_p50_ms, row.alone_p99_ms = _ms(p50), _ms(p99)

@@ -49,11 +49,18 @@ def add_scale(modes: Any) -> None:
     )
     p.add_argument("--brokers", type=int, default=2, help="brokers of the embedded server (default 2)")
     p.add_argument("--queues", type=int, default=1, help="queues per topic and broker (default 1)")
-    p.add_argument("--idle", type=float, default=10.0, help="seconds of the idle window (default 10)")
-    p.add_argument("--settle", type=float, default=3.0, help="seconds before the idle window (default 3)")
+    p.add_argument("--idle", type=float, default=30.0, help="seconds of the idle window (default 30)")
+    p.add_argument(
+        "--settle",
+        type=float,
+        default=None,
+        help="seconds before the idle window (default: one assignment-scan period, max(5, topics / 20))",
+    )
     p.add_argument("--hot-messages", type=int, default=20_000, help="backlog drained (default 20000)")
     p.add_argument("--paced-rate", type=float, default=500.0, help="paced phase msg/s (default 500)")
     p.add_argument("--paced-seconds", type=float, default=4.0, help="paced phase seconds (default 4)")
+    p.add_argument("--fifo-hot-messages", type=int, default=4000, help="FIFO backlog drained (default 4000)")
+    p.add_argument("--fifo-paced-rate", type=float, default=100.0, help="FIFO paced msg/s (default 100)")
     p.add_argument("--quiet-probes", type=int, default=5, help="quiet topics probed (default 5)")
     p.add_argument(
         "--repeat", type=int, default=1, help="runs of the whole set; medians reported (default 1)"
@@ -84,6 +91,8 @@ def run_scale_cli(args: argparse.Namespace) -> int:
         hot_messages=args.hot_messages,
         paced_rate=args.paced_rate,
         paced_seconds=args.paced_seconds,
+        fifo_hot_messages=args.fifo_hot_messages,
+        fifo_paced_rate=args.fifo_paced_rate,
         quiet_probes=args.quiet_probes,
         transport=args.transport,
     )
