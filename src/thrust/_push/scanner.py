@@ -39,9 +39,9 @@ MAX_CONCURRENT_SCANS = 16
 class AssignmentScanner:
     """Owns the assignment: the route watch, the scan schedule and its scheduler task, the `AssignmentTable`,
     the queues (created with a runner task from `run_queue`, dropped, closed), the dropped queues whose
-    receives are still in flight (`_retired`), the cache budget they share, and the count of drops. Its tasks are
-    started with `spawn` (the consumer's task set). `PushConsumer` builds it with the resources it needs,
-    starts it once the session is up (`start`) and closes it (`stop`, then `close_queues`)."""
+    receives are still in flight (`_retired`), the cache budget they share, and the count of drops. Its
+    tasks are started with `spawn` (the consumer's task set). `PushConsumer` builds it with the resources
+    it needs, starts it once the session is up (`start`) and closes it (`stop`, then `close_queues`)."""
 
     def __init__(
         self,
