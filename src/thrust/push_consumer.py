@@ -321,7 +321,7 @@ class PushConsumer:
     # -- lifecycle -----------------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Fetch routes, start the listener pool and one assignment scan per topic; idempotent.
+        """Fetch routes, start the listener pool and the assignment scans; idempotent.
 
         Returns once every topic's route is known; sessions with brokers open in the background, each queue
         waiting only for its own broker (bench scenario 3)."""
