@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import gc
+import math
 import os
 import statistics
 import sys
@@ -105,7 +106,7 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     if not values:
         return None
     ordered = sorted(values)
-    rank = max(0, min(len(ordered) - 1, round(q * len(ordered) + 0.5) - 1))
+    rank = max(0, min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1))
     return ordered[rank]
 
 
