@@ -145,7 +145,13 @@ class AssignmentScanner:
             schedule.started(topic)
             task = self._spawn(self._scan_once(topic), None)
             self._scans.add(task)
-            task.add_done_callback(self._scans.discard)
+            task.add_done_callback(self._scan_done)
+
+    def _scan_done(self, task: asyncio.Task[None]) -> None:
+        # The slot frees only now, after the scan's own wake-up already ran the scheduler: wake it again,
+        # or scans that all end in one loop iteration would leave it waiting on a full set for ever.
+        self._scans.discard(task)
+        self._scan_wake.set()
 
     async def _scan_once(self, topic: str) -> None:
         session = self.session
