@@ -27,7 +27,7 @@ scenarios 1-5b, docs/benchmarks.md#scenarios):
 5. (a) A newly assigned queue receives at once, never waiting for a dropped queue's long polls; those run
    to their end, and what they bring, like what the dropped queue had taken, is still consumed and acked
    (cancelling them could leave a batch the proxy popped renewed for this client until it closes:
-   `thrust._push.scanner`). (b) Each topic runs its own assignment
+   `thrust._push.scanner`). (b) Each topic has its own assignment
    scan, and a scan changes only that topic's queues (`thrust._core.assignment`).
 6. Flow control by cached count and bytes per queue (`thrust._core.process_queue`); a message stays
    cached until its ack settles, so a slow ack path holds back receiving, never the listener: the receive loop
@@ -54,6 +54,7 @@ from thrust._codec.filter import check_filter
 from thrust._consumption import ListenerExecutor, is_async_callable
 from thrust._core.ack import AckConfig
 from thrust._core.process_queue import QueueBudget
+from thrust._core.scan_schedule import DEFAULT_MAX_SCAN_RATE
 from thrust._core.settings import ClientSettings
 from thrust._io.native import resolve_transport
 from thrust._io.session import ClientSession
@@ -161,10 +162,13 @@ class PushConsumer:
         consumption_thread_count: threads for a plain-function listener (Java default 20).
         async_concurrency: at most this many `async def` listener calls at once.
         max_cache_message_count: client-wide cache of received messages not yet settled (waiting for the
-            listener, or for their ack / nack to complete), split evenly over the assigned queues (Java 4096).
+            listener, or for their ack / nack to complete) (Java 4096). Split by demand, not evenly over
+            the assigned queues as Java does: a queue whose last receive came back empty and that caches
+            nothing runs one long poll asking for a batch or less (all such queues together reserve at
+            most half the cache), and the queues with messages share the rest (`thrust._core.process_queue`).
         max_cache_message_bytes: the same cache's limit in body bytes (Java 64 MiB).
-        receives_per_queue: ReceiveMessage calls in flight per queue while the cache has room for them
-            (FIFO queues always use one).
+        receives_per_queue: ReceiveMessage calls in flight per queue with messages while the cache has room
+            for them (FIFO queues, and idle queues, always use one).
         ack_batch_size: an AckMessage goes out when a (endpoint, topic) batch has this many entries, or
             `ack_linger` seconds after its oldest entry was queued. A FIFO group's acks do not linger: each
             message group waits for its previous message's ack.
@@ -176,7 +180,12 @@ class PushConsumer:
         fifo_parallel_groups: for FIFO groups, consume different message groups in parallel (order is kept
             within each group); False consumes a queue's messages strictly one after another (Java default).
         shutdown_grace: seconds `close()` lets running listener calls finish.
-        scan_interval: seconds between assignment scans of each topic (Java 5 s).
+        scan_interval: seconds between assignment scans of each topic (Java 5 s), or longer when
+            `max_scan_rate` demands it.
+        max_scan_rate: at most this many periodic assignment scans a second over all the topics, spread
+            out (default 20): a consumer of 1,000 topics scans each every 50 s rather than every 5 s (Java
+            scans every topic every 5 s: 200 QueryAssignment a second). A topic's first scan and a scan after
+            its route changed are not held by it (`thrust._core.scan_schedule`).
     """
 
     def __init__(
@@ -197,6 +206,7 @@ class PushConsumer:
         fifo_parallel_groups: bool = False,
         shutdown_grace: float = 10.0,
         scan_interval: float = 5.0,
+        max_scan_rate: float = DEFAULT_MAX_SCAN_RATE,
         **connection: Unpack[ClientConfigFields],
     ) -> None:
         self.config = _config("PushConsumer", config, connection)
@@ -216,8 +226,16 @@ class PushConsumer:
             raise TypeError("listener must be callable")
         if consumption_thread_count < 1 or async_concurrency < 1:
             raise ValueError("consumption_thread_count and async_concurrency must be >= 1")
-        if ack_linger < 0 or ack_retry_window <= 0 or shutdown_grace < 0 or scan_interval <= 0:
-            raise ValueError("ack_linger, shutdown_grace >= 0 and ack_retry_window, scan_interval > 0")
+        if (
+            ack_linger < 0
+            or ack_retry_window <= 0
+            or shutdown_grace < 0
+            or scan_interval <= 0
+            or max_scan_rate <= 0
+        ):
+            raise ValueError(
+                "ack_linger, shutdown_grace >= 0 and ack_retry_window, scan_interval, max_scan_rate > 0"
+            )
         self.group = group
         self.subscriptions = filters
         self.listener = listener
@@ -226,6 +244,7 @@ class PushConsumer:
         self.fifo_parallel_groups = fifo_parallel_groups
         self.shutdown_grace = shutdown_grace
         self.scan_interval = scan_interval
+        self.max_scan_rate = max_scan_rate
         self.ack_retry_window = ack_retry_window
         # A message holds its cache slot until its ack settles, so the batcher never holds more entries than
         # the cache: the bounds below can only be reached when the cache limit is larger than them.
@@ -274,6 +293,7 @@ class PushConsumer:
             ),
             receives_per_queue=receives_per_queue,
             scan_interval=scan_interval,
+            max_scan_rate=max_scan_rate,
             ack_retry_window=ack_retry_window,
             run_queue=self._receiver.run,
             spawn=self._tasks.spawn,
@@ -301,7 +321,7 @@ class PushConsumer:
     # -- lifecycle -----------------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Fetch routes, start the listener pool and one assignment scan per topic; idempotent.
+        """Fetch routes, start the listener pool and the assignment scans; idempotent.
 
         Returns once every topic's route is known; sessions with brokers open in the background, each queue
         waiting only for its own broker (bench scenario 3)."""

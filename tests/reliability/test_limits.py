@@ -150,6 +150,42 @@ def test_s8b_pending_long_polls_per_group_bounded_too_many_requests() -> None:
     run(scenario)
 
 
+def test_s8b_pending_long_polls_bounded_per_topic_not_per_group() -> None:
+    """max_pending_polls=2: group g's two polls on topic t fill t's bound (a third is refused), and g may
+    still park a poll on topic u. A bound over the whole group let a consumer's idle polls on many topics
+    refuse the receives of its one busy topic (docs/benchmarks.md, "A consumer of a thousand topics")."""
+
+    async def scenario() -> None:
+        async with embedded_server(topics=["t", "u"], groups=["g"], max_pending_polls=2) as srv:
+            ep = srv.endpoints[0]
+            async with (
+                thrust.SimpleConsumer(
+                    endpoints=ep, group="g", subscriptions={"t": "*"}, await_duration=8
+                ) as c,
+                thrust.SimpleConsumer(
+                    endpoints=ep, group="g", subscriptions={"u": "*"}, await_duration=8
+                ) as d,
+                thrust.Producer(endpoints=ep, topics=["u"]) as p,
+            ):
+                waiting = [asyncio.create_task(c.receive()) for _ in range(2)]
+                await until(lambda: srv.pending_polls("g", topic="t") == 2, 5, "two polls on t waiting")
+                with pytest.raises(thrust.TooManyRequestsError):
+                    await c.receive()
+                on_u = asyncio.create_task(d.receive())
+                await until(lambda: srv.pending_polls("g", topic="u") == 1, 5, "a poll on u waits")
+                assert srv.pending_polls("g") == 3
+                receipt = await p.send(thrust.Message(topic="u", body=b"wake"))
+                [m] = await asyncio.wait_for(on_u, 5)
+                assert m.message_id == receipt.message_id
+                await d.ack(m)
+                for task in waiting:
+                    task.cancel()
+                await asyncio.gather(*waiting, return_exceptions=True)
+                await until(lambda: srv.pending_polls("g") == 0, 5, "cancelled polls released")
+
+    run(scenario)
+
+
 @pytest.mark.slow
 def test_s8b_push_consumer_backs_off_on_full_polls_and_recovers() -> None:
     """max_pending_polls=1 and another member of the group holds the only slot: the push consumer's

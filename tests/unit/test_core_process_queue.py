@@ -14,20 +14,49 @@ def make(budget: QueueBudget | None = None, now: float = 0.0) -> ProcessQueue:
     return ProcessQueue("q", budget or QueueBudget(), lambda: f"a{next(counter)}", now)
 
 
-def test_thresholds_split_across_queues_and_resplit() -> None:
+def test_thresholds_split_by_demand_and_resplit() -> None:
+    """Idle queues ask for `idle_batch` (at most half the cache over all of them); the active queues share
+    the rest. Split evenly, 2,000 queues gave a busy queue 2 messages a receive."""
     budget = QueueBudget(4096, 64 * 1024 * 1024)
     pq = make(budget)
-    assert budget.count_per_queue == 4096
+    assert (budget.count_limit(True), budget.idle_batch) == (4096, 32)
     budget.set_queue_count(4)
-    assert (budget.count_per_queue, budget.bytes_per_queue) == (1024, 16 * 1024 * 1024)
-    t = pq.on_receive_started(pq.receive_plan(0.0), 0.0)
-    pq.on_received(t, 1000, 1000, 0.0)
-    assert pq.receive_plan(0.0) == 24  # min(32, 1024 - 1000)
-    budget.set_queue_count(1000)
-    assert budget.count_per_queue == 4
-    assert pq.receive_plan(0.0) == 0 and not pq.has_room()  # re-split applies at once
+    assert not pq.active and budget.active_count == 0
+    assert pq.receive_plan(0.0) == 32  # idle: one receive of idle_batch = min(32, 4096 // 8)
+    t = pq.on_receive_started(32, 0.0)
+    assert pq.receive_plan(0.0) == 0  # idle: one poll at a time, not max_receives_in_flight
+    pq.on_received(t, 1000, 1000, 0.0)  # (a server sending more than asked: counted all the same)
+    assert pq.active and budget.active_count == 1
+    # active: 4096 less the 3 idle queues' 32 each, all for this queue
+    assert budget.count_limit(True) == 4096 - 3 * 32
+    assert pq.receive_plan(0.0) == 32
+    budget.set_queue_count(2000)
+    assert budget.idle_batch == 1  # 4096 // 4000
+    assert budget.count_limit(True) == 4096 - 1999  # the busy queue keeps most of the cache
+    assert budget.bytes_limit(True) == 64 * 1024 * 1024  # idle queues cache nothing
     budget.set_queue_count(0)
-    assert budget.count_per_queue == 4096
+    assert budget.count_limit(True) == 4096
+
+
+def test_queue_turns_idle_when_empty_and_drained_and_drop_uncounts_it() -> None:
+    budget = QueueBudget(4096, 64 * 1024 * 1024)
+    budget.set_queue_count(2)
+    pq, other = make(budget), make(budget)
+    t = pq.on_receive_started(pq.receive_plan(0.0), 0.0)
+    pq.on_received(t, 3, 30, 0.0)
+    assert pq.active and budget.active_count == 1
+    t = pq.on_receive_started(pq.receive_plan(0.0), 0.0)
+    pq.on_received(t, 0, 0, 0.0)
+    assert pq.active  # an empty receive, but 3 messages still cached
+    pq.on_consumed(3, 30, 0.0)
+    assert not pq.active and budget.active_count == 0  # empty and drained: idle again
+    t = other.on_receive_started(other.receive_plan(0.0), 0.0)
+    other.on_partial(t, 1, 10, 0.0)
+    assert other.active and budget.active_count == 1
+    other.drop()
+    assert not other.active and budget.active_count == 0
+    other.on_received(t, 0, 0, 0.0)
+    assert budget.active_count == 0  # a dropped queue never counts again
 
 
 def test_batch_size_comes_from_settings() -> None:
@@ -196,10 +225,10 @@ def run_invariant(seed: int, size: int | None) -> None:
             pq.on_consumed(k, sum(gone), now)
         assert pq.cached_count == len(cached)
         assert pq.cached_bytes == sum(cached)
-        assert pq.cached_count <= budget.count_per_queue
+        assert pq.cached_count <= budget.count_limit(True)
         assert pq.in_flight <= budget.max_receives_in_flight
         if size is not None:
-            assert pq.cached_bytes <= budget.bytes_per_queue + budget.batch_size * size
+            assert pq.cached_bytes <= budget.bytes_limit(True) + budget.batch_size * size
 
 
 @pytest.mark.parametrize("seed", range(8))
@@ -338,9 +367,9 @@ def run_partial_invariant(seed: int, size: int | None) -> None:
         assert pq.cached_bytes == sum(cached)
         assert pq.reserved == sum(t.reserved for t in open_)
         assert pq.in_flight == len(open_) <= budget.max_receives_in_flight
-        assert pq.cached_count + pq.reserved <= budget.count_per_queue
+        assert pq.cached_count + pq.reserved <= budget.count_limit(True)
         if size is not None:
-            assert pq.cached_bytes <= budget.bytes_per_queue + budget.batch_size * size
+            assert pq.cached_bytes <= budget.bytes_limit(True) + budget.batch_size * size
     for t in list(open_):
         pq.on_received(t, 0, 0, now)
     assert (pq.reserved, pq.in_flight) == (0, 0)

@@ -173,3 +173,30 @@ def test_assignment_endpoint_round_robin_over_masters() -> None:
     assert picks == [EA, EB, EA, EB]
     assert sel.pick(route(q("n", 0, EC, Permission.NONE))) is None
     assert sel.pick(route()) is None
+
+
+def test_route_cache_endpoints_kept_by_count_match_the_union_of_routes() -> None:
+    """The set of all endpoints is kept by counting the routes that list each (storing one route of a
+    consumer of 1,000 topics used to re-union every route): it always equals the union, and each update
+    reports exactly what that union gained and lost."""
+    import random
+
+    rng = random.Random(7)
+    eps = [parse_endpoint(f"10.0.0.{i}:8081") for i in range(4)]
+    cache = RouteCache()
+    changes = 0
+    for step in range(500):
+        topic = f"t{rng.randrange(6)}"
+        before = cache.endpoints()
+        if rng.random() < 0.15:
+            removed = cache.remove(topic)
+            added: frozenset[object] = frozenset()
+        else:
+            chosen = rng.sample(range(4), rng.randrange(0, 3))
+            upd = cache.update(topic, [q(f"b{i}", 0, eps[i], topic=topic) for i in chosen], step)
+            added, removed = upd.added_endpoints, upd.removed_endpoints
+        union = frozenset().union(*(r.endpoints for t in cache.topics() if (r := cache.get(t))))
+        assert cache.endpoints() == union
+        assert (added, removed) == (union - before, before - union)
+        changes += bool(added or removed)
+    assert changes > 50  # the walk did add and remove endpoints, not only store empty routes

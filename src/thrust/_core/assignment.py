@@ -5,7 +5,8 @@ subscribed topics every scan tore down the other topics' queues. Java's `syncPro
 looks at the process queues of that topic (docs/protocol.md §3.4); so do we: a diff for topic `t` never
 mentions a queue of another topic.
 
-Who calls what: the push consumer's assignment scan (every 5 s per topic) calls
+Who calls what: the push consumer's assignment scan (every 5 s per topic, at most 20 a second:
+`thrust._core.scan_schedule`) calls
 `AssignmentTable.sync(topic, assigned, expired)` with the queues from QueryAssignment, drops and cancels
 `to_drop`, creates process queues for `to_add`, then re-splits the cache budget with `len(table)`.
 """

@@ -6,9 +6,14 @@ every 1 s, and lets removed queues finish their long polls before new ones start
 
 - A queue may have up to `max_receives_in_flight` receives at once, while the cache has room for all of them:
   each receive reserves the count it asks for, so the cached count never exceeds its threshold.
-- Thresholds are the client-wide `max_cache_count` / `max_cache_bytes` split across the current number of
-  queues (Java `cacheMessageCountThresholdPerQueue = max(1, max / #PQs)`), re-split whenever the number
-  changes, because all queues read the one shared `QueueBudget`.
+- Thresholds are the client-wide `max_cache_count` / `max_cache_bytes` split by demand, not evenly (Java
+  `cacheMessageCountThresholdPerQueue = max(1, max / #PQs)`): a queue is *idle* while its last receive came
+  back empty and it caches nothing, else *active*. An idle queue runs one receive at a time asking for
+  `QueueBudget.idle_batch` messages (at most a batch; together the idle queues reserve at most half the
+  cache), and the active queues share the rest evenly. Split evenly, a consumer of 1,000 topics (2,000
+  queues) gave each queue 2 messages, so a busy topic among quiet ones received 2 messages per round trip
+  (docs/benchmarks.md, "A consumer of a thousand topics"). The split follows the counts in the one shared
+  `QueueBudget`, which the queues keep up to date as they turn active or idle.
 - A full cache is not polled: the io layer waits for an event (a consumption freeing room, a receive
   completing) instead of Java's 1 s re-check.
 - `drop()` flips a flag that makes `receive_plan` answer 0 at once; the io layer cancels the queue's in-flight
@@ -67,6 +72,7 @@ class QueueBudget:
     """
 
     __slots__ = (
+        "active_count",
         "batch_size",
         "long_polling_timeout",
         "max_bytes",
@@ -95,6 +101,8 @@ class QueueBudget:
         self.long_polling_timeout = long_polling_timeout
         self.request_timeout = request_timeout
         self.queue_count = 1
+        # Queues with demand (see the module doc), counted by the queues themselves as they change.
+        self.active_count = 0
 
     def set_queue_count(self, n: int) -> None:
         """Re-split the thresholds across `n` queues (0 is treated as 1)."""
@@ -107,12 +115,28 @@ class QueueBudget:
         self.request_timeout = settings.request_timeout
 
     @property
-    def count_per_queue(self) -> int:
-        return max(1, self.max_count // self.queue_count)
+    def idle_batch(self) -> int:
+        """What an idle queue's one receive asks for: a batch, or less so that the idle queues together
+        reserve at most half the cache (1 message each for a consumer of 2,000 queues and the Java cache)."""
+        if self.queue_count <= 1:
+            return max(1, min(self.batch_size, self.max_count))  # no other queue to leave room for
+        return max(1, min(self.batch_size, self.max_count // (2 * self.queue_count)))
 
-    @property
-    def bytes_per_queue(self) -> int:
-        return max(1, self.max_bytes // self.queue_count)
+    def count_limit(self, active: bool) -> int:
+        """A queue's count threshold: `idle_batch` when idle; when active, an even share of what the idle
+        queues do not reserve."""
+        if not active:
+            return self.idle_batch
+        active_count = max(1, self.active_count)
+        idle = max(0, self.queue_count - active_count)
+        return max(1, (self.max_count - idle * self.idle_batch) // active_count)
+
+    def bytes_limit(self, active: bool) -> int:
+        """A queue's byte threshold: an even share over the active queues (an idle queue caches nothing, and
+        turns active with its first message); an idle queue's receives are bounded by `idle_batch`."""
+        if not active:
+            return max(1, self.max_bytes // self.queue_count)
+        return max(1, self.max_bytes // max(1, self.active_count))
 
     @property
     def idle_limit(self) -> float:
@@ -155,10 +179,12 @@ class ProcessQueue:
         "_cache_full_at",
         "_est_msg_bytes",
         "_last_activity",
+        "_last_empty",
         "_new_attempt_id",
         "_reserved",
         "_retry_at",
         "_spare_attempt_ids",
+        "active",
         "budget",
         "cached_bytes",
         "cached_count",
@@ -182,6 +208,9 @@ class ProcessQueue:
         self._retry_at = 0.0
         self._last_activity = now
         self._cache_full_at = float("-inf")
+        # Demand (module doc): a new queue is idle until a receive brings something.
+        self.active = False
+        self._last_empty = True
         # Ids of receives that failed or came back empty: reused by the next receive, so that the broker can
         # re-serve the same (FIFO) batch (docs/protocol.md §6.1). One per concurrent receive: concurrent
         # receives must not share an id, or the broker would treat the second as a retry of the first.
@@ -197,7 +226,8 @@ class ProcessQueue:
     def has_room(self) -> bool:
         """The cache is under both thresholds (a receive could start if nothing else stops it)."""
         b = self.budget
-        return self.cached_count < b.count_per_queue and self.cached_bytes < b.bytes_per_queue
+        active = self.active
+        return self.cached_count < b.count_limit(active) and self.cached_bytes < b.bytes_limit(active)
 
     def receive_plan(self, now: float) -> int:
         """How many messages the next ReceiveMessage may ask for now; 0 = do not start one now.
@@ -209,10 +239,13 @@ class ProcessQueue:
         if self.dropped or now < self._retry_at:
             return 0
         b = self.budget
-        if self.in_flight >= b.max_receives_in_flight:
+        active = self.active
+        # An idle queue keeps one long poll, not `max_receives_in_flight`: a second one would only wait
+        # beside it (and count against the server's bound of parked polls).
+        if self.in_flight >= (b.max_receives_in_flight if active else 1):
             return 0
-        count_limit = b.count_per_queue
-        bytes_limit = b.bytes_per_queue
+        count_limit = b.count_limit(active)
+        bytes_limit = b.bytes_limit(active)
         if self.cached_count >= count_limit or self.cached_bytes >= bytes_limit:
             self._cache_full_at = now
             return 0
@@ -265,6 +298,9 @@ class ProcessQueue:
         ticket.handed_over = True
         self._last_activity = now
         self._cache(n, nbytes, largest)
+        if n > 0:
+            self._last_empty = False
+            self._set_active(True)
         return True
 
     def on_received(
@@ -283,6 +319,13 @@ class ProcessQueue:
         self._cache(n, nbytes, largest)
         if n == 0 and not ticket.handed_over:
             self._spare_attempt_ids.append(ticket.attempt_id)
+        if n > 0 or ticket.arrived > 0:
+            self._last_empty = False
+            self._set_active(True)
+        else:
+            self._last_empty = True
+            if self.cached_count == 0:
+                self._set_active(False)
 
     def on_receive_failed(self, ticket: ReceiveTicket, too_many_requests: bool, now: float) -> float:
         """The receive failed; returns the delay before this queue receives again (also seen by `wake_at`).
@@ -307,13 +350,17 @@ class ProcessQueue:
         was_full = not self.has_room()
         self.cached_count = max(0, self.cached_count - n)
         self.cached_bytes = max(0, self.cached_bytes - nbytes)
+        if self.cached_count == 0 and self._last_empty:
+            self._set_active(False)
         if was_full:
             self._cache_full_at = now
             return self.has_room()
         return False
 
     def drop(self) -> None:
-        """The queue is no longer assigned (or expired): no new receives; cancel the in-flight ones."""
+        """The queue is no longer assigned (or expired): no new receives; cancel the in-flight ones. It no
+        longer counts as active in the budget's split."""
+        self._set_active(False)
         self.dropped = True
 
     def expired(self, now: float) -> bool:
@@ -329,6 +376,12 @@ class ProcessQueue:
         return now - self._last_activity >= limit and now - self._cache_full_at >= limit
 
     # -- internals ----------------------------------------------------------------------------------------
+
+    def _set_active(self, active: bool) -> None:
+        if active == self.active or (active and self.dropped):
+            return
+        self.active = active
+        self.budget.active_count += 1 if active else -1
 
     def _cache(self, n: int, nbytes: int, largest: int | None) -> None:
         if n <= 0:

@@ -121,6 +121,7 @@ class RouteCache:
     """
 
     __slots__ = (
+        "_endpoint_uses",
         "_endpoints",
         "_routes",
         "_widest",
@@ -141,6 +142,10 @@ class RouteCache:
         self.degraded_memory = degraded_memory
         self._routes: dict[str, TopicRoute] = {}
         self._endpoints: frozenset[Endpoint] = frozenset()
+        # endpoint -> how many cached routes list it: storing one topic's route updates the set of all
+        # endpoints in O(its brokers), not O(topics) (a consumer of 1,000 topics refreshes 1,000 routes
+        # every 30 s).
+        self._endpoint_uses: dict[Endpoint, int] = {}
         # topic -> broker name -> when a route last listed it
         self._widest: dict[str, dict[str, float]] = {}
 
@@ -148,22 +153,25 @@ class RouteCache:
         """Store the route just fetched for `topic`. Open sessions for `added_endpoints`; the io layer may
         close the sessions of `removed_endpoints` (no route uses them any more)."""
         route = TopicRoute(topic, tuple(q for q in queues if q.topic == topic), now)
+        old = self._routes.get(topic)
         self._routes[topic] = route
         seen = self._widest.setdefault(topic, {})
         for q in route.queues:
             seen[q.broker_name] = now
         for name in [n for n, t in seen.items() if now - t > self.degraded_memory]:
             del seen[name]
-        return self._recompute(route)
+        return self._recompute(route, old)
 
     def remove(self, topic: str) -> frozenset[Endpoint]:
         """Forget a topic (e.g. unsubscribed); returns the endpoints no route uses any more."""
         self._widest.pop(topic, None)
-        if self._routes.pop(topic, None) is None:
+        old = self._routes.pop(topic, None)
+        if old is None:
             return frozenset()
-        before = self._endpoints
-        self._endpoints = frozenset().union(*(r.endpoints for r in self._routes.values()))
-        return before - self._endpoints
+        _, removed = self._count_endpoints((), old.endpoints)
+        if removed:
+            self._endpoints = self._endpoints - removed
+        return removed
 
     def get(self, topic: str) -> TopicRoute | None:
         return self._routes.get(topic)
@@ -205,10 +213,36 @@ class RouteCache:
     def topics(self) -> list[str]:
         return list(self._routes)
 
-    def _recompute(self, route: TopicRoute) -> RouteUpdate:
-        before = self._endpoints
-        self._endpoints = frozenset().union(*(r.endpoints for r in self._routes.values()))
-        return RouteUpdate(route, self._endpoints - before, before - self._endpoints)
+    def _recompute(self, route: TopicRoute, old: TopicRoute | None) -> RouteUpdate:
+        added, removed = self._count_endpoints(route.endpoints, () if old is None else old.endpoints)
+        if added or removed:
+            self._endpoints = (self._endpoints - removed) | added
+        return RouteUpdate(route, added, removed)
+
+    def _count_endpoints(
+        self, listed: Iterable[Endpoint], unlisted: Iterable[Endpoint]
+    ) -> tuple[frozenset[Endpoint], frozenset[Endpoint]]:
+        """One route now lists `listed` where it listed `unlisted`: the endpoints no route listed before,
+        and those no route lists any more."""
+        uses = self._endpoint_uses
+        added: set[Endpoint] = set()
+        removed: set[Endpoint] = set()
+        for ep in listed:
+            n = uses.get(ep, 0)
+            uses[ep] = n + 1
+            if n == 0:
+                added.add(ep)
+        for ep in unlisted:
+            n = uses[ep] - 1
+            if n:
+                uses[ep] = n
+            else:
+                del uses[ep]
+                if ep in added:
+                    added.discard(ep)
+                else:
+                    removed.add(ep)
+        return frozenset(added), frozenset(removed)
 
 
 class Isolation:

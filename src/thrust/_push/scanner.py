@@ -1,5 +1,8 @@
 """The assignment scan: QueryAssignment per topic, and creating and dropping that topic's queues
-(bench scenarios 5a, 5b; docs/benchmarks.md#scenarios).
+(bench scenarios 5a, 5b; docs/benchmarks.md#scenarios). One scheduler task starts the scans
+(`thrust._core.scan_schedule`: each topic every `scan_interval`, at most `max_scan_rate` periodic scans a
+second over all topics), rather than a task per topic scanning every 5 s: docs/benchmarks.md, "A consumer
+of a thousand topics".
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from thrust._core.ack import AckKey
 from thrust._core.assignment import AssignmentTable, QueueId
 from thrust._core.process_queue import ProcessQueue, QueueBudget
 from thrust._core.routes import AssignmentEndpointSelector, RouteQueue, TopicRoute
+from thrust._core.scan_schedule import ScanSchedule
 from thrust._core.settings import ClientSettings
 from thrust._io.session import ClientSession
 from thrust._io.tasks import Spawn
@@ -27,13 +31,17 @@ from thrust.errors import ThrustError
 # Runs one queue until it is dropped or closed (`QueueReceiver.run`).
 RunQueue = Callable[[_Queue], Coroutine[Any, Any, None]]
 
+# Scans in flight at once: a consumer's first scans of 1,000 topics go out this many at a time rather than
+# as 1,000 calls at once, and one slow QueryAssignment holds up no other topic's scan.
+MAX_CONCURRENT_SCANS = 16
+
 
 class AssignmentScanner:
-    """Owns the assignment: the route watch and one scan task per topic, the `AssignmentTable`, the queues
-    (created with a runner task from `run_queue`, dropped, closed), the dropped queues whose receives are
-    still in flight (`_retired`), the cache budget they share, and the count of drops. Its tasks are
-    started with `spawn` (the consumer's task set). `PushConsumer` builds it with the resources it needs,
-    starts it once the session is up (`start`) and closes it (`stop`, then `close_queues`)."""
+    """Owns the assignment: the route watch, the scan schedule and its scheduler task, the `AssignmentTable`,
+    the queues (created with a runner task from `run_queue`, dropped, closed), the dropped queues whose
+    receives are still in flight (`_retired`), the cache budget they share, and the count of drops. Its
+    tasks are started with `spawn` (the consumer's task set). `PushConsumer` builds it with the resources
+    it needs, starts it once the session is up (`start`) and closes it (`stop`, then `close_queues`)."""
 
     def __init__(
         self,
@@ -46,6 +54,7 @@ class AssignmentScanner:
         budget: QueueBudget,
         receives_per_queue: int,
         scan_interval: float,
+        max_scan_rate: float,
         ack_retry_window: float,
         run_queue: RunQueue,
         spawn: Spawn,
@@ -67,8 +76,11 @@ class AssignmentScanner:
         # Dropped queues whose receives are still in flight (`_drop_queue`), for close to cancel.
         self._retired: set[_Queue] = set()
         self._selector = AssignmentEndpointSelector()
-        self._scan_tasks: dict[str, asyncio.Task[None]] = {}
-        self._route_changed: dict[str, asyncio.Event] = {}
+        self._schedule = ScanSchedule(interval=scan_interval, max_rate=max_scan_rate)
+        self._scheduler: asyncio.Task[None] | None = None
+        self._scans: set[asyncio.Task[None]] = set()
+        # Set when a scan ends, a route changes or the schedule may have a topic due earlier.
+        self._scan_wake = asyncio.Event()
         self._scan_log = RateLimitedLog(10.0, "%s; retried at the next scan")
         self._closing = False
         self.queues_dropped = 0
@@ -80,15 +92,15 @@ class AssignmentScanner:
         return self._session
 
     async def start(self, session: ClientSession) -> None:
-        """Watch the topics' routes, fetch them, then start one scan task per topic."""
+        """Watch the topics' routes, fetch them, then start the scheduler (every topic's first scan at once,
+        `MAX_CONCURRENT_SCANS` at a time)."""
         self._session = session
         topics = list(self._topic_pb)
-        self._route_changed = {t: asyncio.Event() for t in topics}
         session.add_route_listener(self._on_route_change)
         # Routes only: a broker slow to answer Settings must not hold up the others (bench scenario 3).
         await asyncio.gather(*(session.route(t) for t in topics))
-        for topic in topics:
-            self._scan_tasks[topic] = self._spawn(self._scan_loop(topic), f"thrust-scan-{topic}")
+        self._schedule.set_topics(topics)
+        self._scheduler = self._spawn(self._scan_scheduler(), "thrust-scan")
 
     def apply_settings(self, settings: ClientSettings) -> None:
         """The server's Settings win: batch size, long polling, request timeout; FIFO queues keep one receive
@@ -96,7 +108,7 @@ class AssignmentScanner:
         self._budget.apply_settings(settings)
         self._budget.max_receives_in_flight = 1 if settings.fifo else self._receives_per_queue
         for q in self.queues.values():
-            q.event.set()
+            q.event.set()  # once per Settings answer, not per assignment change
 
     def stop(self) -> None:
         """Close begins: no scan applies its answer any more, and route changes are ignored."""
@@ -105,37 +117,60 @@ class AssignmentScanner:
     def close_queues(self) -> None:
         """Close: cancel the scans and every queue's receives (`_close_queue`), the retired ones' too.
         The tasks are awaited (bounded) with the rest of the consumer's task set, at the end of close."""
-        for task in self._scan_tasks.values():
+        if self._scheduler is not None:
+            self._scheduler.cancel()
+        for task in self._scans:
             task.cancel()
         for q in [*self.queues.values(), *self._retired]:
             self._close_queue(q)
 
-    async def _scan_loop(self, topic: str) -> None:
-        """Scan `topic` every `scan_interval`, and at once when the session reports a route change."""
-        session = self.session
-        changed = self._route_changed[topic]
+    async def _scan_scheduler(self) -> None:
+        """Start each scan when the schedule says it is due, at most `MAX_CONCURRENT_SCANS` at once."""
+        schedule = self._schedule
+        wake = self._scan_wake
         while not self._closing:
-            # Cleared before the scan: a change reported while it runs triggers the next one at once.
-            changed.clear()
-            try:
-                await self._scan(topic, await session.route(topic))
-            except ThrustError as exc:
-                self._scan_log.failure(f"assignment scan of {topic!r} failed: {exc}", None)
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                logger.exception("assignment scan of %r failed", topic)
-            try:
-                async with asyncio.timeout(self._scan_interval):
-                    await changed.wait()
-            except TimeoutError:
-                pass
+            wake.clear()
+            if len(self._scans) >= MAX_CONCURRENT_SCANS:
+                await wake.wait()  # set when a scan ends
+                continue
+            topic, due = schedule.next(time.monotonic())
+            if topic is None:
+                timeout = None if due is None else max(0.0, due - time.monotonic())
+                try:
+                    async with asyncio.timeout(timeout):
+                        await wake.wait()
+                except TimeoutError:
+                    pass
+                continue
+            schedule.started(topic)
+            task = self._spawn(self._scan_once(topic), None)
+            self._scans.add(task)
+            task.add_done_callback(self._scan_done)
+
+    def _scan_done(self, task: asyncio.Task[None]) -> None:
+        # The slot frees only now, after the scan's own wake-up already ran the scheduler: wake it again,
+        # or scans that all end in one loop iteration would leave it waiting on a full set for ever.
+        self._scans.discard(task)
+        self._scan_wake.set()
+
+    async def _scan_once(self, topic: str) -> None:
+        session = self.session
+        try:
+            await self._scan(topic, await session.route(topic))
+        except ThrustError as exc:
+            self._scan_log.failure(f"assignment scan of {topic!r} failed: {exc}", None)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception("assignment scan of %r failed", topic)
+        finally:
+            self._schedule.done(topic, time.monotonic())
+            self._scan_wake.set()
 
     def _on_route_change(self, topic: str, route: TopicRoute) -> None:
         """Route listener (the session refreshes routes every 30 s): queues on brokers that left the route
         are dropped now (their sessions are being closed), and the topic is scanned again at once."""
-        changed = self._route_changed.get(topic)
-        if changed is None or self._closing:
+        if topic not in self._topic_pb or self._closing:
             return
         if any(q.id.topic == topic and q.endpoint not in route.endpoints for q in self.queues.values()):
             self._apply_assignment(
@@ -146,7 +181,8 @@ class AssignmentScanner:
                     if q.id.topic == topic and q.endpoint in route.endpoints
                 ],
             )
-        changed.set()
+        self._schedule.request(topic)
+        self._scan_wake.set()
 
     async def _query_assignment(self, topic: str, route: TopicRoute) -> list[RouteQueue]:
         """The queues QueryAssignment assigns to this client for `topic` (docs/protocol.md §3.3, §3.4)."""
@@ -182,9 +218,15 @@ class AssignmentScanner:
                 self._drop_queue(q)
         for qid in diff.to_add:
             self._create_queue(qid, by_id[qid], now)
-        self._budget.set_queue_count(len(self._table))
-        for q in self.queues.values():
-            q.event.set()  # thresholds were re-split: every queue re-plans
+        budget = self._budget
+        budget.set_queue_count(len(self._table))
+        if budget.active_count:
+            # Thresholds were re-split: the active queues re-plan (their share changed). Idle queues run
+            # their one poll of `idle_batch` and re-plan when it ends; waking all of them here, on each of a
+            # thousand topics' first scans, cost O(topics²) wake-ups.
+            for q in self.queues.values():
+                if q.pq.active:
+                    q.event.set()
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug("topic %r: +%s -%s", topic, sorted(diff.to_add), sorted(diff.to_drop))
 

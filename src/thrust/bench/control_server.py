@@ -16,7 +16,8 @@ read from stdin:
   (None until a client asked), comparable with other processes' `time.monotonic()` on Linux;
   `{"op": "first_call", "broker": 1, "rpc": "ReceiveMessage"}`: the `time.monotonic()` at which that
   broker got its first call of that RPC (None: never)
-- `{"op": "stats"}` / `{"op": "reset"}`: the call and entry counters; `{"op": "cpu"}`: own CPU seconds
+- `{"op": "stats"}` / `{"op": "reset"}`: the call and entry counters; `{"op": "cpu"}`: own CPU seconds;
+  `{"op": "polls", "group": "g"}`: the group's ReceiveMessage calls waiting (parked) now, on every broker
 - `{"op": "clear"}`: remove every fault
 
 The server runs in its own process so that it never competes with the measured client for the GIL, and
@@ -104,7 +105,11 @@ def _fill(
             )
             for _ in range(n)
         ]
-        brokers[i % len(brokers)].send(messages, now)
+        target = brokers[i % len(brokers)]
+        target.send(messages, now)
+        # Wake the long polls parked on it, as a SendMessage does: a consumer already waiting gets the
+        # backlog now rather than when its poll ends.
+        server.changed(server.brokers.index(target), topic)
         if count <= 10_000:
             ids.extend(m.message_id for m in messages)
         sent += n
@@ -121,6 +126,7 @@ async def _serve(spec: dict[str, Any]) -> None:
         default_queues=int(spec.get("default_queues", 4)),
         topics=tuple(parse_topic(t) for t in spec.get("topics", ())),
         groups=tuple(parse_group(g) for g in spec.get("groups", ())),
+        lite_subscription_quota=int(spec.get("lite_subscription_quota", 2000)),
     )
     faults = _CountingFaults()
     server = EmbeddedServer(config, faults=faults)
@@ -191,6 +197,8 @@ def _command(server: EmbeddedServer, cmd: dict[str, Any]) -> dict[str, Any]:
     if op == "first_call":
         first = getattr(server.faults, "first_calls", {})
         return {"at": first.get((int(cmd["broker"]), cmd["rpc"]))}
+    if op == "polls":
+        return {"polls": server.pending_polls(cmd["group"])}
     if op == "cpu":
         t = os.times()
         return {"cpu": t.user + t.system}

@@ -1,4 +1,5 @@
-"""`thrust perf produce|consume|e2e`: load generator and latency meter, in the spirit of pulsar-perf.
+"""`thrust perf produce|consume|e2e`: load generator and latency meter, in the spirit of pulsar-perf
+(`thrust perf scale`, a consumer of many topics: thrust.cli.perf_scale).
 
 It connects as `thrust send` and `thrust consume` do, with `ClientConfig.from_env`: `--endpoints` (else
 `$ROCKETMQ_ENDPOINTS`) names an existing cluster, whose topics and group must exist, and the connection
@@ -203,6 +204,9 @@ def register(subparsers: Any) -> None:
         if mode in ("consume", "e2e"):
             _add_consumer(p)
         p.set_defaults(func=run)
+    from thrust.cli.perf_scale import add_scale
+
+    add_scale(modes)
 
 
 class UsageError(Exception):

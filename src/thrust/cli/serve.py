@@ -201,8 +201,8 @@ def register(subparsers: Any) -> None:
         type=int,
         default=1024,
         metavar="N",
-        help="ReceiveMessage calls that may wait at once per consumer group on one broker; more answer "
-        "TOO_MANY_REQUESTS (default 1024; 0: no limit)",
+        help="ReceiveMessage calls that may wait at once per consumer group and topic on one broker; more "
+        "answer TOO_MANY_REQUESTS (default 1024; 0: no limit)",
     )
     limits.add_argument(
         "--max-concurrent-streams",

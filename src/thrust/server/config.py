@@ -211,9 +211,10 @@ class ServerConfig:
             server accepts its date). "auto": `DEFAULT_DATE_TIME_WINDOW` without TLS, no check with TLS;
             0 or None: no check.
         max_inbound_message_size: gRPC max inbound message in bytes (S8; the proxy's 130 MiB).
-        max_pending_polls: ReceiveMessage calls that may wait at once per consumer group on one broker;
-            the next one answers TOO_MANY_REQUESTS (S8; upstream's pop hold queue, `popPollingSize`
-            1024, answers POLLING_FULL). 0: no limit.
+        max_pending_polls: ReceiveMessage calls that may wait at once per consumer group and topic on
+            one broker; the next one answers TOO_MANY_REQUESTS (S8; upstream's pop hold queue per topic and
+            group, `popPollingSize` 1024, answers POLLING_FULL). Per topic, so that a consumer's idle
+            polls on many topics never refuse the receives of another topic. 0: no limit.
         max_concurrent_streams: calls (HTTP/2 streams) one connection may have open at once, advertised as
             SETTINGS_MAX_CONCURRENT_STREAMS (S8). A client over it is not failed: its extra calls wait on
             the client side until one of its open calls ends. Default 4096 (see the field).

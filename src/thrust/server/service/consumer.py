@@ -161,7 +161,7 @@ class ConsumerRpcs:
         server = self._port.server
         loop = asyncio.get_running_loop()
         deadline = loop.time() + polling
-        parked: tuple[int, str] | None = None
+        parked: tuple[int, str, str] | None = None
         try:
             while True:
                 deliveries = broker.pop(
@@ -188,10 +188,11 @@ class ConsumerRpcs:
                 if remaining <= 0:
                     return deliveries
                 if parked is None:
-                    # S8: a bounded number of waiting polls per group (upstream's pop hold queue answers
-                    # POLLING_FULL, which the proxy returns as TOO_MANY_REQUESTS; clients back off 20 ms).
-                    server.park(index, group)
-                    parked = (index, group)
+                    # S8: a bounded number of waiting polls per group and topic (upstream's pop hold
+                    # queue answers POLLING_FULL, which the proxy returns as TOO_MANY_REQUESTS; clients
+                    # back off 20 ms).
+                    server.park(index, group, topic)
+                    parked = (index, group, topic)
                 await server.wait_for_change(index, topic, remaining, client)
                 if client.expired:  # S12: the client expired while it waited; answer "nothing"
                     return []

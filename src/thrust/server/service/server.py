@@ -134,7 +134,7 @@ class EmbeddedServer:
         self._servicers = [MessagingServicer(self, i) for i in range(count)]
         self._waiters: list[dict[str, set[asyncio.Future[None]]]] = [{} for _ in range(count)]
         self._held: set[asyncio.Future[None]] = set()
-        self._parked: dict[tuple[int, str], int] = {}
+        self._parked: dict[tuple[int, str, str], int] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = float("inf")
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -331,33 +331,43 @@ class EmbeddedServer:
     # ------------------------------------------------------------------------------------------
     # pending long polls (S8, docs/reliability.md §5)
 
-    def park(self, index: int, group: str) -> None:
-        """A ReceiveMessage of `group` on broker `index` starts waiting.
+    def park(self, index: int, group: str, topic: str) -> None:
+        """A ReceiveMessage of `group` for `topic` on broker `index` starts waiting.
+
+        The bound is per (broker, group, topic), as upstream's pop long polling keys its hold queues by
+        topic and group (`PopLongPollingService.pollingMap`, each bounded by `popPollingSize`): one push
+        consumer of a thousand topics parks one poll per topic, and a bound over the whole group let those
+        idle polls fill it, so that the receives of the one topic with messages were refused.
 
         Raises:
-            Invalid(TOO_MANY_REQUESTS): `max_pending_polls` of the group are waiting there already.
+            Invalid(TOO_MANY_REQUESTS): `max_pending_polls` of the group are waiting there for it already.
         """
-        key = (index, group)
+        key = (index, group, topic)
         waiting = self._parked.get(key, 0)
         limit = self.config.max_pending_polls
         if limit and waiting >= limit:
             raise Invalid(
                 Code.TOO_MANY_REQUESTS,
-                f"too many long polls waiting for consumer group {group!r} on this broker (limit {limit})",
+                f"too many long polls waiting for consumer group {group!r} on topic {topic!r} on this"
+                f" broker (limit {limit})",
             )
         self._parked[key] = waiting + 1
 
-    def unpark(self, index: int, group: str) -> None:
-        key = (index, group)
+    def unpark(self, index: int, group: str, topic: str) -> None:
+        key = (index, group, topic)
         waiting = self._parked.get(key, 0) - 1
         if waiting > 0:
             self._parked[key] = waiting
         else:
             self._parked.pop(key, None)
 
-    def pending_polls(self, group: str, broker: int | None = None) -> int:
-        """ReceiveMessage calls of `group` waiting now (on broker index `broker`, or on all)."""
-        return sum(n for (b, g), n in self._parked.items() if g == group and broker in (None, b))
+    def pending_polls(self, group: str, broker: int | None = None, topic: str | None = None) -> int:
+        """ReceiveMessage calls of `group` waiting now (on broker index `broker` / for `topic`, or on all)."""
+        return sum(
+            n
+            for (b, g, t), n in self._parked.items()
+            if g == group and broker in (None, b) and topic in (None, t)
+        )
 
     # ------------------------------------------------------------------------------------------
     # the clock and long polls
