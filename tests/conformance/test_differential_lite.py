@@ -168,8 +168,47 @@ async def _sync_over_quota(ctx: Ctx) -> Any:
     }
 
 
+async def _ack(w: Wire, group: str, topic: str, m: d.Message) -> str:
+    """Ack one lite message, naming its lite topic."""
+    reply = await w.stub.AckMessage(
+        s.AckMessageRequest(
+            group=d.Resource(name=group),
+            topic=d.Resource(name=topic),
+            entries=[
+                s.AckMessageEntry(
+                    message_id=m.system_properties.message_id,
+                    receipt_handle=m.system_properties.receipt_handle,
+                    lite_topic=m.system_properties.lite_topic,
+                )
+            ],
+        ),
+        metadata=w.md,
+        timeout=5,
+    )
+    return _code(reply)
+
+
+async def _receive_acking(
+    w: Wire, group: str, topic: str, want: int, *, empty: int = 2
+) -> tuple[list[d.Message], list[str]]:
+    """Receive until `want` messages came or `empty` receives came back empty, acking each batch
+    before the next receive. A FIFO group needs it: the real broker pops what its consume queue has
+    dispatched so far (a send's reply does not wait for the dispatch), and holds the rest of a lite
+    topic until that batch is acked, so a receive that does not ack may see only the first message."""
+    got: list[d.Message] = []
+    acks: list[str] = []
+    while len(got) < want and empty > 0:
+        batch = messages_of(await w.receive(group, topic, invisible=20))
+        if not batch:
+            empty -= 1
+        for m in batch:
+            acks.append(await _ack(w, group, topic, m))
+        got.extend(batch)
+    return got, acks
+
+
 async def _lite_round_trip(ctx: Ctx) -> Any:
-    """Subscribe a, send to a and b, receive (only a's, in order), ack naming the lite topic, receive
+    """Subscribe a, send to a and b, receive (only a's, in order) acking naming the lite topic, receive
     again (nothing), then subscribe b and receive its message."""
     topic = await ctx.topic("LITE", queues=1)
     group = await ctx.lite_group(topic, fifo=True)
@@ -180,25 +219,7 @@ async def _lite_round_trip(ctx: Ctx) -> Any:
         for lt in ("a", "b"):
             reply = await producer.send(_lite_message(topic, lt, b"%s%d" % (lt.encode(), i)))
             assert reply.status.code == d.Code.OK, reply
-    got = await _receive_all(w, group, topic, 3, empty=2, invisible=20)
-    acks = []
-    for m in got:
-        ack = await w.stub.AckMessage(
-            s.AckMessageRequest(
-                group=d.Resource(name=group),
-                topic=d.Resource(name=topic),
-                entries=[
-                    s.AckMessageEntry(
-                        message_id=m.system_properties.message_id,
-                        receipt_handle=m.system_properties.receipt_handle,
-                        lite_topic=m.system_properties.lite_topic,
-                    )
-                ],
-            ),
-            metadata=w.md,
-            timeout=5,
-        )
-        acks.append(_code(ack))
+    got, acks = await _receive_acking(w, group, topic, 3)
     after = messages_of(await w.receive(group, topic, invisible=20))
     await _sync(w, group, topic, ADD, "b")
     b = await _receive_all(w, group, topic, 3, empty=2, invisible=20)
@@ -271,9 +292,11 @@ async def _lite_nack_and_ack_without_lite_topic(ctx: Ctx) -> Any:
 
 async def _offset_options(ctx: Ctx) -> Any:
     """Three messages in each of two lite topics before anyone subscribed; a new group subscribes one
-    with `OffsetOption` MAX (only what comes next), the other with `tail_n` 1, which counts back from the
-    group's position: a group without one starts at the oldest message on both (upstream's
-    `LiteSubscriptionRegistryImpl.resetOffset`)."""
+    with `tail_n` 1, which counts back from the group's position: a group without one starts at the
+    oldest message (upstream's `LiteSubscriptionRegistryImpl.resetOffset`); then the other with
+    `OffsetOption` MAX (only what comes next). The MAX subscription waits until tl2 was received: the
+    broker dispatches its commit log in order, so mx2 (sent before tl2) is in its queue by then and
+    MAX lies past it."""
     topic = await ctx.topic("LITE", queues=1)
     group = await ctx.lite_group(topic, fifo=True)
     producer = await _producer(ctx, topic)
@@ -282,14 +305,17 @@ async def _offset_options(ctx: Ctx) -> Any:
             reply = await producer.send(_lite_message(topic, lt, b"%s%d" % (lt.encode(), i)))
             assert reply.status.code == d.Code.OK, reply
     w = await _lite_consumer(ctx, group, topic)
-    codes = [
-        await _sync(w, group, topic, ADD, "mx", offset=d.OffsetOption(policy=d.OffsetOption.Policy.MAX)),
-        await _sync(w, group, topic, ADD, "tl", offset=d.OffsetOption(tail_n=1)),
-    ]
+    tail = await _sync(w, group, topic, ADD, "tl", offset=d.OffsetOption(tail_n=1))
+    tl, _ = await _receive_acking(w, group, topic, 3)
+    most = await _sync(w, group, topic, ADD, "mx", offset=d.OffsetOption(policy=d.OffsetOption.Policy.MAX))
     reply = await producer.send(_lite_message(topic, "mx", b"mx-new"))
     assert reply.status.code == d.Code.OK, reply
-    got = await _receive_all(w, group, topic, 2, empty=2, invisible=20)
-    return {"sync": codes, "received": sorted(m.body.decode() for m in got)}
+    mx, _ = await _receive_acking(w, group, topic, 2, empty=1)
+    return {
+        "sync": [tail, most],
+        "tl": [m.body.decode() for m in tl],
+        "mx": [m.body.decode() for m in mx],
+    }
 
 
 ROWS: list[Row] = [
