@@ -172,6 +172,9 @@ class ClientSession:
         self._release_pending: set[Endpoint] = set()
         self.held_releases = 0  # times `release_held` re-registered this client (diagnostics, tests)
         self.transport_recoveries = 0  # channels replaced after transport failures (diagnostics, tests)
+        # Calls begun, by RPC name (`call` and `receive`; the Telemetry streams are not counted): what a
+        # client asks of its servers, which a real proxy does not count per client (`thrust perf scale`).
+        self.calls: dict[str, int] = {}
         self._sessions: dict[Endpoint, asyncio.Task[EndpointSession]] = {}
         self.routes = RouteCache(route_refresh_interval)
         self.isolation = Isolation()
@@ -488,6 +491,8 @@ class ClientSession:
         if need_session and not self.is_ready(endpoint):
             await self.session(endpoint)
         client = self.rpc(endpoint)
+        calls = self.calls
+        calls[rpc] = calls.get(rpc, 0) + 1
         self._inflight += 1
         try:
             response = await client.unary(
@@ -530,6 +535,8 @@ class ClientSession:
             self._check_open()
         client = self.rpc(endpoint)
         stream = self.telemetry(endpoint)
+        calls = self.calls
+        calls["ReceiveMessage"] = calls.get("ReceiveMessage", 0) + 1
         self._inflight += 1
         try:
             result = await client.receive(

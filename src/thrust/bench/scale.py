@@ -19,6 +19,15 @@ honest count of what the client asked):
 
 A lite row: a LitePushConsumer bound to one LITE topic with `lite_topics` lite topics subscribed, in the
 same idle window: its long polls (parked on the server) and calls per second.
+
+With `server="real"` the same rows run on a real Apache RocketMQ (`thrust.cluster`): the cluster that
+`thrust cluster --exec` started for this process (`$THRUST_ROCKETMQ`), else one started here (cluster mode,
+`brokers` brokers; the lite row on a 5.5 lite cluster of one broker). Its topics and groups are created
+through the brokers' admin port, with names of their own per row; the backlog is stored with bare
+SendMessage batches from a thread (`thrust.bench.targets.send_backlog`); the server's CPU is its proxy's
+and brokers' JVMs'. The real proxy counts no calls, so the calls per second are counted on the client
+(`client_rpcs_per_second`, both servers; the embedded server's own counts stay in `rpcs_per_second`), and
+the long polls open are the client's receives in flight (`receives_in_flight`).
 """
 
 from __future__ import annotations
@@ -35,13 +44,23 @@ import time
 from collections.abc import Callable, Sequence
 from typing import IO, Any
 
+from thrust.bench.cpu import proc_cpu_seconds
 from thrust.bench.server import ControlServer
 from thrust.config import ClientConfig, Transport
 from thrust.message import ConsumeResult, Message, ReceivedMessage
 from thrust.producer import Producer
 from thrust.push_consumer import PushConsumer
 
-__all__ = ["ScaleOptions", "ScaleRow", "percentile", "run_scale"]
+__all__ = [
+    "RealScaleClusters",
+    "RealScaleTarget",
+    "ScaleOptions",
+    "ScaleRow",
+    "ScaleTarget",
+    "embedded_target",
+    "percentile",
+    "run_scale",
+]
 
 
 @dataclasses.dataclass(slots=True)
@@ -68,6 +87,7 @@ class ScaleOptions:
     size: int = 64
     lite_topics: tuple[int, ...] = (10_000,)
     transport: Transport = "auto"
+    server: str = "embedded"  # or "real" (`RealScaleClusters`)
     ready_timeout: float = 300.0
     drain_timeout: float = 120.0
 
@@ -85,8 +105,10 @@ class ScaleRow:
     rss_mib: float | None = None
     tasks: int | None = None
     threads: int | None = None
-    rpcs_per_second: dict[str, float] = dataclasses.field(default_factory=dict)
-    parked_polls: int | None = None
+    rpcs_per_second: dict[str, float] = dataclasses.field(default_factory=dict)  # the embedded server's
+    client_rpcs_per_second: dict[str, float] = dataclasses.field(default_factory=dict)  # the consumer's
+    parked_polls: int | None = None  # on the embedded server
+    receives_in_flight: int | None = None  # the consumer's long polls open
     first_message_ms: list[float] = dataclasses.field(default_factory=list)
     alone_msgs_per_second: float | None = None
     alone_p50_ms: float | None = None
@@ -96,6 +118,7 @@ class ScaleRow:
     hot_p99_ms: float | None = None
     hot_ratio: float | None = None
     transport: str = ""
+    server: str = "embedded"
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -185,12 +208,107 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000, 2)
 
 
+class ScaleTarget:
+    """The server one row runs on: its endpoint, the row's resource names, its backlog fill and what it
+    counts. The embedded server (a `ControlServer` child process, one per row)."""
+
+    kind = "embedded"
+
+    def __init__(self, server: ControlServer, brokers: int, prefix: str = "") -> None:
+        self._server = server
+        self.prefix = prefix
+        self.brokers = brokers
+        self.endpoint = server.endpoints[0]
+
+    def name(self, base: str) -> str:
+        """A topic's or group's name in this row."""
+        return self.prefix + base
+
+    def create(
+        self,
+        topics: Sequence[tuple[str, str, int]],
+        groups: Sequence[tuple[str, bool, str | None, int | None]],
+    ) -> None:
+        """Create the row's topics, as (name, message type, queues per broker), and groups, as (name,
+        fifo, lite bind topic, lite quota). The embedded server was started with them (`_server_spec`)."""
+
+    def fill(self, topic: str, count: int, size: int, *, fifo: bool) -> None:
+        """Store `count` messages on `topic` (blocking)."""
+        self._server.command("fill", topic=topic, count=count, size=size)
+
+    def cpu(self) -> float | None:
+        """The server's CPU seconds so far."""
+        return float(self._server.command("cpu")["cpu"])
+
+    def reset_calls(self) -> None:
+        self._server.command("reset")
+
+    def calls(self) -> dict[str, int] | None:
+        """The server's calls by RPC since `reset_calls` (None: it counts none)."""
+        return dict(self._server.command("stats")["calls"])
+
+    def polls(self, group: str) -> int | None:
+        """Long polls of `group` parked on the server (None: it cannot tell)."""
+        return int(self._server.command("polls", group=group)["polls"])
+
+    def close(self) -> None:
+        self._server.close()
+
+
+class RealScaleTarget(ScaleTarget):
+    """A row on a running real RocketMQ: its topics and groups created through the brokers' admin port
+    (names prefixed per row, so that rows and repeated runs never share state), the backlog stored with
+    bare SendMessage batches, the CPU of the proxy's and brokers' JVMs (`pids`)."""
+
+    kind = "real"
+
+    def __init__(self, info: Any, pids: Sequence[int], prefix: str) -> None:
+        self.info = info
+        self.prefix = prefix
+        self.brokers = len(info.brokers)
+        self.endpoint = info.endpoint
+        self._pids = list(pids)
+        self._admin = info.admin()
+
+    def create(
+        self,
+        topics: Sequence[tuple[str, str, int]],
+        groups: Sequence[tuple[str, bool, str | None, int | None]],
+    ) -> None:
+        # Blocking; the consumers wait until the proxy routes the topics (`_Run._ready`).
+        for name, kind, queues in topics:
+            self._admin.create_topic(name, kind, queues=queues)
+        for name, fifo, bind, quota in groups:
+            self._admin.create_group(name, fifo=fifo, lite_bind_topic=bind, lite_quota=quota)
+
+    def fill(self, topic: str, count: int, size: int, *, fifo: bool) -> None:
+        from thrust.bench.targets import send_backlog
+
+        # A FIFO topic takes only messages with a group; 8 groups spread the backlog over the queues.
+        send_backlog(self.endpoint, topic, count, size, message_groups=8 if fifo else 0)
+
+    def cpu(self) -> float | None:
+        return sum(proc_cpu_seconds(pid) for pid in self._pids) if self._pids else None
+
+    def reset_calls(self) -> None:
+        pass
+
+    def calls(self) -> dict[str, int] | None:
+        return None
+
+    def polls(self, group: str) -> int | None:
+        return None
+
+    def close(self) -> None:
+        pass  # the cluster outlives the row
+
+
 class _Run:
-    def __init__(self, options: ScaleOptions, server: ControlServer, out: IO[str]) -> None:
+    def __init__(self, options: ScaleOptions, target: ScaleTarget, out: IO[str]) -> None:
         self.o = options
-        self.server = server
+        self.target = target
         self.out = out
-        self.config = ClientConfig(",".join(server.endpoints[:1]), transport=options.transport)
+        self.config = ClientConfig(target.endpoint, transport=options.transport)
         self._kind = "normal"
 
     def say(self, text: str) -> None:
@@ -216,7 +334,7 @@ class _Run:
         n = self.o.fifo_hot_messages if self._kind == "fifo" else self.o.hot_messages
         event = sink.until(topic, sink.count(topic) + n)
         t0 = time.perf_counter()
-        await asyncio.to_thread(self.server.command, "fill", topic=topic, count=n, size=self.o.size)
+        await asyncio.to_thread(self.target.fill, topic, n, self.o.size, fifo=self._kind == "fifo")
         try:
             async with asyncio.timeout(self.o.drain_timeout):
                 await event.wait()
@@ -266,64 +384,82 @@ class _Run:
             out.append(round((sink.arrived[topic] - t0) * 1000, 2))
         return out
 
-    async def _idle(self, row: ScaleRow, group: str, scanned_topics: int) -> None:
+    async def _idle(self, row: ScaleRow, consumer: PushConsumer, group: str, scanned_topics: int) -> None:
         """The idle window: nothing is sent; what the client and the server spend."""
-        server = self.server
+        target = self.target
         settle = self.o.settle_seconds
         await asyncio.sleep(max(5.0, scanned_topics / 20) if settle is None else settle)
         gc.collect()
-        await asyncio.to_thread(server.command, "reset")
-        scpu0 = (await asyncio.to_thread(server.command, "cpu"))["cpu"]
+        await asyncio.to_thread(target.reset_calls)
+        scpu0 = await asyncio.to_thread(target.cpu)
+        calls0 = dict(consumer.session.calls)
         cpu0, t0 = _cpu(), time.perf_counter()
         await asyncio.sleep(self.o.idle_seconds)
         cpu1, t1 = _cpu(), time.perf_counter()
-        stats = await asyncio.to_thread(server.command, "stats")
-        scpu1 = (await asyncio.to_thread(server.command, "cpu"))["cpu"]
-        polls = await asyncio.to_thread(server.command, "polls", group=group)
+        calls1 = dict(consumer.session.calls)
+        server_calls = await asyncio.to_thread(target.calls)
+        scpu1 = await asyncio.to_thread(target.cpu)
         wall = t1 - t0
         row.cpu_percent = round(100 * (cpu1 - cpu0) / wall, 2)
-        row.server_cpu_percent = round(100 * (scpu1 - scpu0) / wall, 2)
+        if scpu0 is not None and scpu1 is not None:
+            row.server_cpu_percent = round(100 * (scpu1 - scpu0) / wall, 2)
         row.rss_mib = round(_rss_mib(), 1)
         row.tasks = len(asyncio.all_tasks())
         row.threads = _threads()
-        row.rpcs_per_second = {k: round(v / wall, 2) for k, v in sorted(stats["calls"].items()) if v}
-        row.parked_polls = int(polls["polls"])
+        if server_calls is not None:
+            row.rpcs_per_second = {k: round(v / wall, 2) for k, v in sorted(server_calls.items()) if v}
+        row.client_rpcs_per_second = {
+            k: round((v - calls0.get(k, 0)) / wall, 2)
+            for k, v in sorted(calls1.items())
+            if v > calls0.get(k, 0)
+        }
+        row.parked_polls = await asyncio.to_thread(target.polls, group)
+        row.receives_in_flight = consumer.stats().receives_in_flight
 
     async def topics_row(self, kind: str, n: int) -> ScaleRow:
         o = self.o
+        t = self.target
         self._kind = kind
-        row = ScaleRow(kind=kind, topics=n)
+        row = ScaleRow(kind=kind, topics=n, server=t.kind)
         loop = asyncio.get_running_loop()
         sink = _Sink(loop)
-        per_topic = o.brokers * (o.queues if kind == "fifo" else 1)
+        per_topic = t.brokers * (o.queues if kind == "fifo" else 1)
+        hot_alone = t.name("hot-alone")
+        topics = [t.name(f"scale-{i}") for i in range(n)]
+        alone_group, group = t.name(f"alone-{kind}"), t.name(f"scale-{kind}")
+        message_type = "FIFO" if kind == "fifo" else "NORMAL"
+        await asyncio.to_thread(
+            t.create,
+            [(name, message_type, o.queues) for name in (hot_alone, *topics)],
+            [(alone_group, kind == "fifo", None, None), (group, kind == "fifo", None, None)],
+        )
         async with Producer(self.config) as producer:
-            alone = self._consumer(f"alone-{kind}", ["hot-alone"], sink)
+            alone = self._consumer(alone_group, [hot_alone], sink)
             async with alone:
                 await self._ready(alone, per_topic)
                 await asyncio.sleep(1.0)  # its first polls parked
-                row.alone_msgs_per_second = _round(await self._drain(sink, "hot-alone"))
-                p50, p99 = await self._paced(producer, sink, "hot-alone")
+                row.alone_msgs_per_second = _round(await self._drain(sink, hot_alone))
+                p50, p99 = await self._paced(producer, sink, hot_alone)
                 row.alone_p50_ms, row.alone_p99_ms = _ms(p50), _ms(p99)
                 row.transport = alone.stats().transport
-            topics = [f"scale-{i}" for i in range(n)]
-            consumer = self._consumer(f"scale-{kind}", topics, sink)
+            consumer = self._consumer(group, topics, sink)
             async with consumer:
                 row.ready_seconds = round(await self._ready(consumer, per_topic * n), 2)
                 row.queues = len(consumer.stats().queues)
                 self.say(f"{kind} x {n}: {row.queues} queues assigned in {row.ready_seconds} s")
-                await self._idle(row, f"scale-{kind}", n)
+                await self._idle(row, consumer, group, n)
                 self.say(
                     f"{kind} x {n}: idle client CPU {row.cpu_percent} %, RSS {row.rss_mib} MiB,"
-                    f" {row.tasks} tasks, {row.threads} threads, server calls/s {row.rpcs_per_second},"
-                    f" {row.parked_polls} long polls parked"
+                    f" {row.tasks} tasks, {row.threads} threads, calls/s {self._calls(row)},"
+                    f" {row.receives_in_flight} long polls open"
                 )
                 quiet = topics[1:]
                 step = max(1, len(quiet) // max(1, o.quiet_probes))
                 row.first_message_ms = await self._first_messages(
                     producer, sink, quiet[::step][: o.quiet_probes]
                 )
-                row.hot_msgs_per_second = _round(await self._drain(sink, "scale-0"))
-                p50, p99 = await self._paced(producer, sink, "scale-0")
+                row.hot_msgs_per_second = _round(await self._drain(sink, topics[0]))
+                p50, p99 = await self._paced(producer, sink, topics[0])
                 row.hot_p50_ms, row.hot_p99_ms = _ms(p50), _ms(p99)
         if row.hot_msgs_per_second and row.alone_msgs_per_second:
             row.hot_ratio = round(row.hot_msgs_per_second / row.alone_msgs_per_second, 3)
@@ -336,24 +472,32 @@ class _Run:
         )
         return row
 
+    @staticmethod
+    def _calls(row: ScaleRow) -> dict[str, float]:
+        """The server's counts where it has them, else the client's."""
+        return row.rpcs_per_second or row.client_rpcs_per_second
+
     async def lite_row(self, n: int) -> ScaleRow:
         from thrust.lite_push_consumer import LitePushConsumer
 
-        row = ScaleRow(kind="lite", topics=n)
+        t = self.target
+        row = ScaleRow(kind="lite", topics=n, server=t.kind)
         sink = _Sink(asyncio.get_running_loop())
-        consumer = LitePushConsumer(
-            self.config, group="scale-lite", bind_topic="lite-parent", listener=sink.listener
-        )
+        parent, group = t.name("lite-parent"), t.name("scale-lite")
+        await asyncio.to_thread(t.create, [(parent, "LITE", 1)], [(group, False, parent, n + 100)])
+        consumer = LitePushConsumer(self.config, group=group, bind_topic=parent, listener=sink.listener)
         async with consumer:
             t0 = time.perf_counter()
             await asyncio.gather(*(consumer.subscribe_lite(f"lite-{i}") for i in range(n)))
             row.ready_seconds = round(time.perf_counter() - t0, 2)
-            row.queues = len(consumer.push_consumer.stats().queues)
-            row.transport = consumer.push_consumer.stats().transport
-            await self._idle(row, "scale-lite", 1)  # lite topics are not scanned: the bound topic is
+            push = consumer.push_consumer
+            await self._ready(push, t.brokers)
+            row.queues = len(push.stats().queues)
+            row.transport = push.stats().transport
+            await self._idle(row, push, group, 1)  # lite topics are not scanned: the bound topic is
         self.say(
             f"lite x {n}: idle client CPU {row.cpu_percent} %, RSS {row.rss_mib} MiB, {row.tasks} tasks,"
-            f" server calls/s {row.rpcs_per_second}, {row.parked_polls} long polls parked"
+            f" calls/s {self._calls(row)}, {row.receives_in_flight} long polls open"
         )
         return row
 
@@ -374,28 +518,90 @@ def _server_spec(options: ScaleOptions, lite: int = 0) -> dict[str, Any]:
     return spec
 
 
+def embedded_target(options: ScaleOptions) -> Callable[[int], ScaleTarget]:
+    """Rows on the embedded server: a fresh 2-broker `ControlServer` per row (`lite`: a lite row's)."""
+
+    def make(lite: int) -> ScaleTarget:
+        return ScaleTarget(ControlServer(_server_spec(options, lite)), options.brokers)
+
+    return make
+
+
+class RealScaleClusters:
+    """Rows on a real RocketMQ: the clusters that `thrust cluster --exec` started for this process
+    (`$THRUST_ROCKETMQ`: cluster mode for the topic rows, a lite one for the lite row), else clusters
+    started here, one at a time: `options.brokers` brokers of `ROCKETMQ_VERSION` for the topic rows, one
+    broker of `LITE_VERSION` serving lite topics for the lite row. Every row gets names of its own."""
+
+    def __init__(self, options: ScaleOptions, log: Callable[[str], None] = print) -> None:
+        self._options = options
+        self._log = log
+        self._started: Any = None  # the cluster started here, and whether it is the lite one
+        self._started_lite = False
+        self._rows = 0
+        self._tag = f"{os.getpid() % 10000}-{int(time.time()) % 100000}"
+
+    def __enter__(self) -> Callable[[int], ScaleTarget]:
+        return self.target
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop()
+
+    def _stop(self) -> None:
+        if self._started is not None:
+            self._started.stop()
+            self._started = None
+
+    def target(self, lite: int) -> ScaleTarget:
+        from thrust.cluster import LITE_VERSION, ClusterControl, RocketMQCluster, attach_from_env
+
+        self._rows += 1
+        prefix = f"s{self._tag}-{self._rows}-"
+        want_lite = lite > 0
+        info = attach_from_env("cluster", lite=want_lite)
+        if info is not None:
+            names = ["proxy", *("broker-a", "broker-b")[: len(info.brokers)]]
+            pids = [ClusterControl(info.control).pid(n) for n in names] if info.control else []
+            return RealScaleTarget(info, pids, prefix)
+        if self._started is None or self._started_lite != want_lite:
+            self._stop()  # one JVM set at a time: the 2 cores are the client's and the server's
+            if want_lite:
+                cluster = RocketMQCluster("cluster", version=LITE_VERSION, brokers=1, lite=True)
+            else:
+                cluster = RocketMQCluster("cluster", brokers=min(2, max(1, self._options.brokers)))
+            self._log(f"starting a real RocketMQ {cluster.version} (cluster mode) ...")
+            cluster.start()
+            self._started, self._started_lite = cluster, want_lite
+        cluster = self._started
+        info = cluster.info
+        names = ["proxy", *("broker-a", "broker-b")[: len(info.brokers)]]
+        return RealScaleTarget(info, [cluster.pid(n) for n in names], prefix)
+
+
 async def run_scale(
     options: ScaleOptions,
     out: IO[str] | None = None,
     *,
-    server_factory: Callable[[dict[str, Any]], ControlServer] = ControlServer,
+    target: Callable[[int], ScaleTarget] | None = None,
 ) -> list[ScaleRow]:
-    """Every configured row, each against a server of its own; progress lines go to `out`."""
+    """Every configured row, each on a target of its own (`target(lite topics)`, blocking; default the
+    embedded server); progress lines go to `out`."""
     stream = out if out is not None else sys.stdout
+    make = target if target is not None else embedded_target(options)
     rows: list[ScaleRow] = []
     for kind in options.kinds:
         for n in options.topics:
-            server = await asyncio.to_thread(server_factory, _server_spec(options))
+            t = await asyncio.to_thread(make, 0)
             try:
-                rows.append(await _Run(options, server, stream).topics_row(kind, n))
+                rows.append(await _Run(options, t, stream).topics_row(kind, n))
             finally:
-                await asyncio.to_thread(server.close)
+                await asyncio.to_thread(t.close)
     for n in options.lite_topics:
-        server = await asyncio.to_thread(server_factory, _server_spec(options, lite=n))
+        t = await asyncio.to_thread(make, n)
         try:
-            rows.append(await _Run(options, server, stream).lite_row(n))
+            rows.append(await _Run(options, t, stream).lite_row(n))
         finally:
-            await asyncio.to_thread(server.close)
+            await asyncio.to_thread(t.close)
     return rows
 
 
@@ -406,11 +612,12 @@ def median_rows(runs: Sequence[Sequence[ScaleRow]]) -> list[dict[str, Any]]:
         first = rows[0].to_json()
         out: dict[str, Any] = {"kind": first["kind"], "topics": first["topics"], "runs": len(rows)}
         for key, value in first.items():
-            if key in ("kind", "topics", "transport"):
+            if key in ("kind", "topics", "transport", "server"):
                 out[key] = value
-            elif key == "rpcs_per_second":
-                kinds = sorted({k for r in rows for k in r.rpcs_per_second})
-                out[key] = {k: _median([r.rpcs_per_second.get(k, 0.0) for r in rows]) for k in kinds}
+            elif key in ("rpcs_per_second", "client_rpcs_per_second"):
+                per_run = [getattr(r, key) for r in rows]
+                kinds = sorted({k for calls in per_run for k in calls})
+                out[key] = {k: _median([calls.get(k, 0.0) for calls in per_run]) for k in kinds}
             elif key == "first_message_ms":
                 out[key] = _median([v for r in rows for v in r.first_message_ms])
             elif isinstance(value, int | float) or value is None:

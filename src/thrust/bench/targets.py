@@ -344,10 +344,19 @@ def _metadata(name: str) -> tuple[tuple[str, str], ...]:
 
 
 def send_backlog(
-    endpoint: str, topic: str, count: int, size: int, *, batch: int = 32, in_flight: int = 8
+    endpoint: str,
+    topic: str,
+    count: int,
+    size: int,
+    *,
+    batch: int = 32,
+    in_flight: int = 8,
+    message_groups: int = 0,
 ) -> None:
     """Store `count` messages of `size` bytes in `topic` with bare SendMessage calls of `batch` messages
-    each, `in_flight` at once (the proxy takes a batch of one topic as one broker batch)."""
+    each, `in_flight` at once (the proxy takes a batch of one topic as one broker batch). With
+    `message_groups` > 0 they are FIFO messages, each batch of one group, the groups taken in turn (a
+    FIFO topic refuses messages without a group; a batch's messages must share one)."""
     import grpc
 
     from thrust._codec.ids import new_message_id
@@ -368,9 +377,13 @@ def send_backlog(
             while issued < count and len(pending) < in_flight:
                 n = min(batch, count - issued)
                 request = spb.SendMessageRequest()
+                group = f"g{(issued // batch) % message_groups}" if message_groups > 0 else None
                 for _ in range(n):
                     m = request.messages.add()
                     m.CopyFrom(template)
+                    if group is not None:
+                        m.system_properties.message_type = pb.FIFO
+                        m.system_properties.message_group = group
                     m.system_properties.message_id = new_message_id()
                     m.system_properties.born_timestamp.GetCurrentTime()
                 pending.append(stub.SendMessage.future(request, metadata=metadata, timeout=30))

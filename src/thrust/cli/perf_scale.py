@@ -1,11 +1,13 @@
 """`thrust perf scale`: one PushConsumer subscribed to 10, 100, 1,000 topics (NORMAL and FIFO groups) and a
-LitePushConsumer of 10,000 lite topics, each against a 2-broker embedded server of its own: idle CPU,
+LitePushConsumer of 10,000 lite topics, each against a 2-broker embedded server of its own (or a real
+RocketMQ with `--server real`): idle CPU,
 RSS, tasks, threads, the server's calls per second, first-message latency on a quiet topic, and a hot
 topic's throughput among quiet ones against the same consumer of it alone (`thrust.bench.scale`)."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from typing import Any
@@ -47,7 +49,17 @@ def add_scale(modes: Any) -> None:
     p.add_argument(
         "--lite-topics", type=_counts, default=(10_000,), help="lite topic counts, 0 for none (default 10000)"
     )
-    p.add_argument("--brokers", type=int, default=2, help="brokers of the embedded server (default 2)")
+    p.add_argument(
+        "--server",
+        choices=("embedded", "real"),
+        default="embedded",
+        help="embedded: a fresh `thrust serve` per row (default); real: Apache RocketMQ, the cluster"
+        " `thrust cluster --exec` started ($THRUST_ROCKETMQ), else one started here (Java 17;"
+        " the lite row on a 5.5 lite cluster)",
+    )
+    p.add_argument(
+        "--brokers", type=int, default=2, help="brokers of the server perf scale starts (default 2)"
+    )
     p.add_argument("--queues", type=int, default=1, help="queues per topic and broker (default 1)")
     p.add_argument("--idle", type=float, default=30.0, help="seconds of the idle window (default 30)")
     p.add_argument(
@@ -95,11 +107,18 @@ def run_scale_cli(args: argparse.Namespace) -> int:
         fifo_paced_rate=args.fifo_paced_rate,
         quiet_probes=args.quiet_probes,
         transport=args.transport,
+        server=args.server,
     )
     runs = []
-    for i in range(args.repeat):
-        print(f"run {i + 1} of {args.repeat}", flush=True)
-        runs.append(asyncio.run(run_scale(options)))
+    with contextlib.ExitStack() as stack:
+        target = None
+        if args.server == "real":
+            from thrust.bench.scale import RealScaleClusters
+
+            target = stack.enter_context(RealScaleClusters(options))
+        for i in range(args.repeat):
+            print(f"run {i + 1} of {args.repeat}", flush=True)
+            runs.append(asyncio.run(run_scale(options, target=target)))
     medians = median_rows(runs)
     print("medians:")
     for row in medians:
