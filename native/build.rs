@@ -10,8 +10,10 @@ fn main() {
     for p in &protos {
         println!("cargo:rerun-if-changed={}", p.display());
     }
-    let protoc = protoc_bin_vendored::protoc_bin_path().expect("protoc-bin-vendored has no protoc for this platform");
-    let include = protoc_bin_vendored::include_path().expect("protoc-bin-vendored has no include path");
+    let protoc = protoc_bin_vendored::protoc_bin_path()
+        .expect("protoc-bin-vendored has no protoc for this platform");
+    let include =
+        protoc_bin_vendored::include_path().expect("protoc-bin-vendored has no include path");
     let mut config = prost_build::Config::new();
     config.protoc_executable(protoc);
     // bytes fields as `bytes::Bytes`: a received body is a slice of the decode buffer, copied once, into

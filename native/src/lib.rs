@@ -94,7 +94,10 @@ fn runtime() -> PyResult<Arc<Runtime>> {
         .build()
         .map_err(|e| PyRuntimeError::new_err(format!("cannot start the native runtime: {e}")))?;
     let runtime = Arc::new(runtime);
-    *guard = Some(ProcessRuntime { pid, runtime: runtime.clone() });
+    *guard = Some(ProcessRuntime {
+        pid,
+        runtime: runtime.clone(),
+    });
     Ok(runtime)
 }
 
@@ -126,10 +129,18 @@ impl Failure {
             Code::Unknown if std::error::Error::source(status).is_some() => Code::Unavailable,
             code => code,
         };
-        Failure { code: code as i32, message: describe(status), connect: is_connect_error(status) }
+        Failure {
+            code: code as i32,
+            message: describe(status),
+            connect: is_connect_error(status),
+        }
     }
     fn deadline() -> Self {
-        Failure { code: Code::DeadlineExceeded as i32, message: "Deadline Exceeded".into(), connect: false }
+        Failure {
+            code: Code::DeadlineExceeded as i32,
+            message: "Deadline Exceeded".into(),
+            connect: false,
+        }
     }
 }
 
@@ -158,7 +169,10 @@ struct Decoded {
 }
 
 enum Done {
-    Unary { token: u64, result: Result<Bytes, Failure> },
+    Unary {
+        token: u64,
+        result: Result<Bytes, Failure>,
+    },
     Receive {
         token: u64,
         code: i32,
@@ -170,11 +184,23 @@ enum Done {
     },
     /// The first message after a ReceiveMessage's OK status, handed over while the stream goes on (the
     /// receive asked for it: `thrust._push.receiver._Stream`).
-    ReceiveFirst { token: u64, message: Decoded, endpoint: Arc<Py<PyAny>> },
-    TelemetryItem { token: u64, data: Bytes },
-    TelemetryEnd { token: u64, failure: Option<Failure> },
+    ReceiveFirst {
+        token: u64,
+        message: Decoded,
+        endpoint: Arc<Py<PyAny>>,
+    },
+    TelemetryItem {
+        token: u64,
+        data: Bytes,
+    },
+    TelemetryEnd {
+        token: u64,
+        failure: Option<Failure>,
+    },
     /// The call was cancelled by its channel's close.
-    Cancelled { token: u64 },
+    Cancelled {
+        token: u64,
+    },
 }
 
 struct HubShared {
@@ -191,7 +217,10 @@ impl HubShared {
         if self.closed.load(Ordering::Acquire) {
             return;
         }
-        self.queue.lock().unwrap_or_else(|e| e.into_inner()).push(done);
+        self.queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(done);
         // One byte per wake-up, not per completion (`drain` says in which order it clears `notified`).
         if !self.notified.swap(true, Ordering::SeqCst) {
             let _ = (&self.writer).write(&[1]);
@@ -240,7 +269,14 @@ impl Hub {
                 writer,
                 reader,
             }),
-            factory: Factory { received, corrupted, message_types, normal, mapping_proxy, empty },
+            factory: Factory {
+                received,
+                corrupted,
+                message_types,
+                normal,
+                mapping_proxy,
+                empty,
+            },
             runtime: runtime()?,
         })
     }
@@ -275,11 +311,23 @@ impl Hub {
         let out = PyList::empty(py);
         for item in items {
             let tuple = match item {
-                Done::Unary { token, result: Ok(data) } => {
-                    (token, 0u8, PyBytes::new(py, &data).into_any()).into_pyobject(py)?
-                }
-                Done::Unary { token, result: Err(f) } => (token, 1u8, failure_py(py, &f)?).into_pyobject(py)?,
-                Done::Receive { token, code, text, delivery, messages, failure, endpoint } => {
+                Done::Unary {
+                    token,
+                    result: Ok(data),
+                } => (token, 0u8, PyBytes::new(py, &data).into_any()).into_pyobject(py)?,
+                Done::Unary {
+                    token,
+                    result: Err(f),
+                } => (token, 1u8, failure_py(py, &f)?).into_pyobject(py)?,
+                Done::Receive {
+                    token,
+                    code,
+                    text,
+                    delivery,
+                    messages,
+                    failure,
+                    endpoint,
+                } => {
                     let good = PyList::empty(py);
                     let bad = PyList::empty(py);
                     for m in messages {
@@ -299,10 +347,14 @@ impl Hub {
                 Done::TelemetryItem { token, data } => {
                     (token, 3u8, PyBytes::new(py, &data).into_any()).into_pyobject(py)?
                 }
-                Done::ReceiveFirst { token, message, endpoint } => {
-                    (token, 6u8, self.build(py, message, &endpoint)?).into_pyobject(py)?
+                Done::ReceiveFirst {
+                    token,
+                    message,
+                    endpoint,
+                } => (token, 6u8, self.build(py, message, &endpoint)?).into_pyobject(py)?,
+                Done::Cancelled { token } => {
+                    (token, 5u8, py.None().into_bound(py)).into_pyobject(py)?
                 }
-                Done::Cancelled { token } => (token, 5u8, py.None().into_bound(py)).into_pyobject(py)?,
                 Done::TelemetryEnd { token, failure } => {
                     let failure = match failure {
                         Some(f) => failure_py(py, &f)?,
@@ -319,21 +371,35 @@ impl Hub {
     /// Stop taking completions (the client closed); idempotent.
     fn close(&self) {
         self.shared.closed.store(true, Ordering::Release);
-        self.shared.queue.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.shared
+            .queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
     }
 }
 
 fn failure_py<'py>(py: Python<'py>, f: &Failure) -> PyResult<Bound<'py, PyAny>> {
-    Ok((f.code, f.message.as_str(), f.connect).into_pyobject(py)?.into_any())
+    Ok((f.code, f.message.as_str(), f.connect)
+        .into_pyobject(py)?
+        .into_any())
 }
 
 impl Hub {
     /// A `thrust.ReceivedMessage` (or a `Corrupted`) from a decoded message. The slots are set as the
     /// class's `__init__` sets them, without running it: `object.__setattr__` is what it calls.
-    fn build<'py>(&self, py: Python<'py>, m: Decoded, endpoint: &Py<PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    fn build<'py>(
+        &self,
+        py: Python<'py>,
+        m: Decoded,
+        endpoint: &Py<PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let f = &self.factory;
         if let Some(reason) = m.corrupt {
-            return f.corrupted.bind(py).call1((m.message_id, m.topic, m.receipt_handle, reason));
+            return f
+                .corrupted
+                .bind(py)
+                .call1((m.message_id, m.topic, m.receipt_handle, reason));
         }
         let cls = f.received.bind(py);
         let obj = cls.call_method1(pyo3::intern!(py, "__new__"), (cls,))?;
@@ -351,36 +417,87 @@ impl Hub {
             None => f.normal.bind(py).clone(),
         };
         let keys = PyTuple::new(py, m.keys)?;
-        let set = |name: &Bound<'py, pyo3::types::PyString>, value: Bound<'py, PyAny>| -> PyResult<()> {
-            // SAFETY: three valid object pointers; the call borrows them.
-            let rc = unsafe { pyo3::ffi::PyObject_GenericSetAttr(obj.as_ptr(), name.as_ptr(), value.as_ptr()) };
-            if rc != 0 {
-                return Err(PyErr::fetch(py));
-            }
-            Ok(())
-        };
-        set(pyo3::intern!(py, "topic"), m.topic.into_pyobject(py)?.into_any())?;
-        set(pyo3::intern!(py, "body"), PyBytes::new(py, &m.body).into_any())?;
-        set(pyo3::intern!(py, "message_id"), m.message_id.into_pyobject(py)?.into_any())?;
-        set(pyo3::intern!(py, "_receipt_handle"), m.receipt_handle.into_pyobject(py)?.into_any())?;
-        set(pyo3::intern!(py, "tag"), m.tag.into_pyobject(py)?.into_any())?;
+        let set =
+            |name: &Bound<'py, pyo3::types::PyString>, value: Bound<'py, PyAny>| -> PyResult<()> {
+                // SAFETY: three valid object pointers; the call borrows them.
+                let rc = unsafe {
+                    pyo3::ffi::PyObject_GenericSetAttr(obj.as_ptr(), name.as_ptr(), value.as_ptr())
+                };
+                if rc != 0 {
+                    return Err(PyErr::fetch(py));
+                }
+                Ok(())
+            };
+        set(
+            pyo3::intern!(py, "topic"),
+            m.topic.into_pyobject(py)?.into_any(),
+        )?;
+        set(
+            pyo3::intern!(py, "body"),
+            PyBytes::new(py, &m.body).into_any(),
+        )?;
+        set(
+            pyo3::intern!(py, "message_id"),
+            m.message_id.into_pyobject(py)?.into_any(),
+        )?;
+        set(
+            pyo3::intern!(py, "_receipt_handle"),
+            m.receipt_handle.into_pyobject(py)?.into_any(),
+        )?;
+        set(
+            pyo3::intern!(py, "tag"),
+            m.tag.into_pyobject(py)?.into_any(),
+        )?;
         set(pyo3::intern!(py, "keys"), keys.into_any())?;
         set(pyo3::intern!(py, "properties"), properties)?;
-        set(pyo3::intern!(py, "message_group"), m.message_group.into_pyobject(py)?.into_any())?;
-        set(pyo3::intern!(py, "delivery_attempt"), m.delivery_attempt.into_pyobject(py)?.into_any())?;
-        set(pyo3::intern!(py, "born_timestamp"), m.born_timestamp.into_pyobject(py)?.into_any())?;
-        set(pyo3::intern!(py, "store_timestamp"), m.store_timestamp.into_pyobject(py)?.into_any())?;
-        set(pyo3::intern!(py, "delivery_timestamp"), m.delivery_timestamp.into_pyobject(py)?.into_any())?;
-        set(pyo3::intern!(py, "born_host"), m.born_host.into_pyobject(py)?.into_any())?;
-        set(pyo3::intern!(py, "queue_id"), m.queue_id.into_pyobject(py)?.into_any())?;
-        set(pyo3::intern!(py, "queue_offset"), m.queue_offset.into_pyobject(py)?.into_any())?;
+        set(
+            pyo3::intern!(py, "message_group"),
+            m.message_group.into_pyobject(py)?.into_any(),
+        )?;
+        set(
+            pyo3::intern!(py, "delivery_attempt"),
+            m.delivery_attempt.into_pyobject(py)?.into_any(),
+        )?;
+        set(
+            pyo3::intern!(py, "born_timestamp"),
+            m.born_timestamp.into_pyobject(py)?.into_any(),
+        )?;
+        set(
+            pyo3::intern!(py, "store_timestamp"),
+            m.store_timestamp.into_pyobject(py)?.into_any(),
+        )?;
+        set(
+            pyo3::intern!(py, "delivery_timestamp"),
+            m.delivery_timestamp.into_pyobject(py)?.into_any(),
+        )?;
+        set(
+            pyo3::intern!(py, "born_host"),
+            m.born_host.into_pyobject(py)?.into_any(),
+        )?;
+        set(
+            pyo3::intern!(py, "queue_id"),
+            m.queue_id.into_pyobject(py)?.into_any(),
+        )?;
+        set(
+            pyo3::intern!(py, "queue_offset"),
+            m.queue_offset.into_pyobject(py)?.into_any(),
+        )?;
         set(pyo3::intern!(py, "message_type"), message_type)?;
-        set(pyo3::intern!(py, "priority"), m.priority.into_pyobject(py)?.into_any())?;
-        set(pyo3::intern!(py, "trace_context"), m.trace_context.into_pyobject(py)?.into_any())?;
+        set(
+            pyo3::intern!(py, "priority"),
+            m.priority.into_pyobject(py)?.into_any(),
+        )?;
+        set(
+            pyo3::intern!(py, "trace_context"),
+            m.trace_context.into_pyobject(py)?.into_any(),
+        )?;
         set(pyo3::intern!(py, "_endpoint"), endpoint.bind(py).clone())?;
         set(pyo3::intern!(py, "_settler"), py.None().into_bound(py))?;
         if cls.hasattr(pyo3::intern!(py, "lite_topic"))? {
-            set(pyo3::intern!(py, "lite_topic"), m.lite_topic.into_pyobject(py)?.into_any())?;
+            set(
+                pyo3::intern!(py, "lite_topic"),
+                m.lite_topic.into_pyobject(py)?.into_any(),
+            )?;
         }
         Ok(obj)
     }
@@ -415,11 +532,20 @@ fn digest_ok(kind: i32, body: &[u8], checksum: &str) -> bool {
             if trimmed.len() > 8 {
                 return false;
             }
-            let value = if trimmed.is_empty() { Ok(0) } else { u32::from_str_radix(trimmed, 16) };
+            let value = if trimmed.is_empty() {
+                Ok(0)
+            } else {
+                u32::from_str_radix(trimmed, 16)
+            };
             value == Ok(crc32fast::hash(body))
         }
-        2 => checksum.is_ascii() && hex_upper(&md5::Md5::digest(body)).eq_ignore_ascii_case(checksum),
-        3 => checksum.is_ascii() && hex_upper(&sha1::Sha1::digest(body)).eq_ignore_ascii_case(checksum),
+        2 => {
+            checksum.is_ascii() && hex_upper(&md5::Md5::digest(body)).eq_ignore_ascii_case(checksum)
+        }
+        3 => {
+            checksum.is_ascii()
+                && hex_upper(&sha1::Sha1::digest(body)).eq_ignore_ascii_case(checksum)
+        }
         _ => false,
     }
 }
@@ -430,10 +556,15 @@ fn gzip_decode(data: &[u8], max: u64) -> Result<Vec<u8>, String> {
     let mut out = Vec::new();
     if data.starts_with(&[0x1f, 0x8b]) {
         let mut decoder = flate2::read::MultiGzDecoder::new(data).take(max + 1);
-        decoder.read_to_end(&mut out).map_err(|e| format!("corrupt compressed body: {e}"))?;
+        decoder
+            .read_to_end(&mut out)
+            .map_err(|e| format!("corrupt compressed body: {e}"))?;
     } else {
         let mut decoder = flate2::read::ZlibDecoder::new(data);
-        (&mut decoder).take(max + 1).read_to_end(&mut out).map_err(|e| format!("corrupt compressed body: {e}"))?;
+        (&mut decoder)
+            .take(max + 1)
+            .read_to_end(&mut out)
+            .map_err(|e| format!("corrupt compressed body: {e}"))?;
         if out.len() as u64 <= max && (decoder.total_in() as usize) < data.len() {
             return Err("corrupt compressed body: trailing data after the zlib stream".into());
         }
@@ -570,7 +701,8 @@ struct Connector {
 impl tower_service::Service<Uri> for Connector {
     type Response = hyper_util::rt::TokioIo<Coalesced>;
     type Error = std::io::Error;
-    type Future = Pin<Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>>;
+    type Future =
+        Pin<Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send>>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         Poll::Ready(Ok(()))
@@ -580,7 +712,8 @@ impl tower_service::Service<Uri> for Connector {
         let addresses = self.addresses.clone();
         let resolve = self.resolve;
         Box::pin(async move {
-            let mut last = std::io::Error::new(std::io::ErrorKind::NotFound, "no address to connect to");
+            let mut last =
+                std::io::Error::new(std::io::ErrorKind::NotFound, "no address to connect to");
             for (host, port) in addresses.iter() {
                 let targets: Vec<SocketAddr> = if resolve {
                     match tokio::net::lookup_host((host.as_str(), *port)).await {
@@ -632,7 +765,12 @@ const COALESCE_LIMIT: usize = 256 * 1024;
 
 impl Coalesced {
     fn new(inner: tokio::net::TcpStream) -> Self {
-        Coalesced { inner, buf: Vec::with_capacity(16 * 1024), written: 0, yielded: false }
+        Coalesced {
+            inner,
+            buf: Vec::with_capacity(16 * 1024),
+            written: 0,
+            yielded: false,
+        }
     }
 
     /// Write out what is pending; Ready(Ok) once all of it is in the socket.
@@ -640,7 +778,9 @@ impl Coalesced {
         use tokio::io::AsyncWrite;
         while self.written < self.buf.len() {
             match Pin::new(&mut self.inner).poll_write(cx, &self.buf[self.written..]) {
-                Poll::Ready(Ok(0)) => return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into())),
+                Poll::Ready(Ok(0)) => {
+                    return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()))
+                }
                 Poll::Ready(Ok(n)) => self.written += n,
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 Poll::Pending => return Poll::Pending,
@@ -663,7 +803,11 @@ impl tokio::io::AsyncRead for Coalesced {
 }
 
 impl tokio::io::AsyncWrite for Coalesced {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, data: &[u8]) -> Poll<std::io::Result<usize>> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
         if self.buf.len() - self.written >= COALESCE_LIMIT {
             match self.poll_out(cx) {
                 Poll::Ready(Ok(())) => {}
@@ -771,16 +915,20 @@ fn pinned_or_webpki(pem: &[u8]) -> PyResult<Arc<dyn rustls::client::danger::Serv
     let mut roots = rustls::RootCertStore::empty();
     let mut pinned = Vec::new();
     for cert in rustls_pki_types::CertificateDer::pem_slice_iter(pem) {
-        let cert = cert.map_err(|e| PyValueError::new_err(format!("unreadable CA certificate: {e}")))?;
+        let cert =
+            cert.map_err(|e| PyValueError::new_err(format!("unreadable CA certificate: {e}")))?;
         pinned.push(cert.as_ref().to_vec());
-        roots.add(cert).map_err(|e| PyValueError::new_err(format!("unusable CA certificate: {e}")))?;
+        roots
+            .add(cert)
+            .map_err(|e| PyValueError::new_err(format!("unusable CA certificate: {e}")))?;
     }
     // ring, the provider tonic's `tls-ring` feature builds its own TLS with.
     #[allow(deprecated)]
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let inner = rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
-        .build()
-        .map_err(|e| PyValueError::new_err(format!("unusable CA certificates: {e}")))?;
+    let inner =
+        rustls::client::WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
+            .build()
+            .map_err(|e| PyValueError::new_err(format!("unusable CA certificates: {e}")))?;
     Ok(Arc::new(PinnedOrWebPki { inner, pinned }))
 }
 
@@ -793,9 +941,18 @@ impl rustls::client::danger::ServerCertVerifier for PinnedOrWebPki {
         ocsp_response: &[u8],
         now: rustls_pki_types::UnixTime,
     ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        match self.inner.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
+        match self.inner.verify_server_cert(
+            end_entity,
+            intermediates,
+            server_name,
+            ocsp_response,
+            now,
+        ) {
             Err(rustls::Error::InvalidCertificate(rustls::CertificateError::Other(_)))
-                if self.pinned.iter().any(|p| p.as_slice() == end_entity.as_ref()) =>
+                if self
+                    .pinned
+                    .iter()
+                    .any(|p| p.as_slice() == end_entity.as_ref()) =>
             {
                 Ok(rustls::client::danger::ServerCertVerified::assertion())
             }
@@ -859,7 +1016,10 @@ impl ChannelShared {
     }
 
     fn finished(&self, token: u64) {
-        self.calls.lock().unwrap_or_else(|e| e.into_inner()).remove(&token);
+        self.calls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&token);
     }
 }
 
@@ -880,7 +1040,8 @@ fn metadata_map(pairs: Vec<(String, String)>) -> PyResult<MetadataMap> {
 }
 
 fn path_of(rpc: &str) -> PyResult<PathAndQuery> {
-    PathAndQuery::from_str(&format!("{SERVICE}{rpc}")).map_err(|_| PyValueError::new_err(format!("invalid rpc {rpc:?}")))
+    PathAndQuery::from_str(&format!("{SERVICE}{rpc}"))
+        .map_err(|_| PyValueError::new_err(format!("invalid rpc {rpc:?}")))
 }
 
 /// Whether to try again a call that failed connecting: while the budget lasts, after a short pause.
@@ -898,13 +1059,18 @@ async fn pause_before_retry(started: Instant, budget: Duration, attempt: u32) ->
 /// the slack the deadline had beyond it, never below the proxy's minimum.
 fn shortened_receive(request: &Bytes, timeout: f64, waited: f64) -> Option<Bytes> {
     let mut parsed = pb::ReceiveMessageRequest::decode(request.clone()).ok()?;
-    let poll = parsed.long_polling_timeout.as_ref().map(|d| d.seconds as f64 + d.nanos as f64 / 1e9)?;
+    let poll = parsed
+        .long_polling_timeout
+        .as_ref()
+        .map(|d| d.seconds as f64 + d.nanos as f64 / 1e9)?;
     let remaining = timeout - waited;
     let slack = timeout - poll.max(MIN_POLLING_SECONDS);
     let poll = MIN_POLLING_SECONDS.max(poll.min(remaining - slack));
     let nanos = (poll * 1e9).round() as i64;
-    parsed.long_polling_timeout =
-        Some(prost_types::Duration { seconds: nanos / 1_000_000_000, nanos: (nanos % 1_000_000_000) as i32 });
+    parsed.long_polling_timeout = Some(prost_types::Duration {
+        seconds: nanos / 1_000_000_000,
+        nanos: (nanos % 1_000_000_000) as i32,
+    });
     Some(Bytes::from(parsed.encode_to_vec()))
 }
 
@@ -927,13 +1093,25 @@ impl Channel {
         hub: &Hub,
         addresses: Vec<(String, u16)>,
         resolve: bool,
-        tls: Option<(Option<Vec<u8>>, Option<Vec<u8>>, Option<Vec<u8>>, Option<String>)>,
+        tls: Option<(
+            Option<Vec<u8>>,
+            Option<Vec<u8>>,
+            Option<Vec<u8>>,
+            Option<String>,
+        )>,
         keepalive_interval: f64,
         keepalive_timeout: f64,
     ) -> PyResult<Self> {
         check_same_process(hub.shared.pid, "client")?;
-        let (host, port) = addresses.first().cloned().ok_or_else(|| PyValueError::new_err("no address"))?;
-        let authority = if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
+        let (host, port) = addresses
+            .first()
+            .cloned()
+            .ok_or_else(|| PyValueError::new_err("no address"))?;
+        let authority = if host.contains(':') {
+            format!("[{host}]:{port}")
+        } else {
+            format!("{host}:{port}")
+        };
         let scheme = if tls.is_some() { "https" } else { "http" };
         let mut endpoint = Endpoint::from_shared(format!("{scheme}://{authority}"))
             .map_err(|e| PyValueError::new_err(format!("invalid endpoint {authority}: {e}")))?
@@ -964,7 +1142,10 @@ impl Channel {
             .map_err(|e| PyValueError::new_err(format!("TLS configuration refused: {e}")))?;
         }
         let runtime = hub.runtime.clone();
-        let connector = Connector { addresses: Arc::new(addresses), resolve };
+        let connector = Connector {
+            addresses: Arc::new(addresses),
+            resolve,
+        };
         let channel = {
             let _guard = runtime.enter();
             endpoint.connect_with_connector_lazy(connector)
@@ -1018,11 +1199,15 @@ impl Channel {
             let mut attempt = 0;
             let result = loop {
                 let mut grpc = shared.grpc();
-                let mut req = tonic::Request::from_parts(md.clone(), Default::default(), request.clone());
+                let mut req =
+                    tonic::Request::from_parts(md.clone(), Default::default(), request.clone());
                 req.set_timeout(deadline.saturating_duration_since(Instant::now()));
                 let call = async {
-                    grpc.ready().await.map_err(|e| Status::unavailable(e.to_string()))?;
-                    grpc.unary(req, path.clone(), WireCodec::<Bytes>::default()).await
+                    grpc.ready()
+                        .await
+                        .map_err(|e| Status::unavailable(e.to_string()))?;
+                    grpc.unary(req, path.clone(), WireCodec::<Bytes>::default())
+                        .await
                 };
                 match tokio::time::timeout_at(deadline, call).await {
                     Err(_) => break Err(Failure::deadline()),
@@ -1032,7 +1217,9 @@ impl Channel {
                     }
                     Ok(Err(status)) => {
                         shared.reached(&Err(&status));
-                        if is_connect_error(&status) && pause_before_retry(started, budget, attempt).await {
+                        if is_connect_error(&status)
+                            && pause_before_retry(started, budget, attempt).await
+                        {
                             attempt += 1;
                             continue;
                         }
@@ -1082,17 +1269,27 @@ impl Channel {
             let mut messages = Vec::new();
             let failure = 'call: loop {
                 let mut grpc = shared.grpc();
-                let mut req = tonic::Request::from_parts(md.clone(), Default::default(), request.clone());
+                let mut req =
+                    tonic::Request::from_parts(md.clone(), Default::default(), request.clone());
                 req.set_timeout(deadline.saturating_duration_since(Instant::now()));
                 let open = async {
-                    grpc.ready().await.map_err(|e| Status::unavailable(e.to_string()))?;
-                    grpc.server_streaming(req, path.clone(), WireCodec::<pb::ReceiveMessageResponse>::default()).await
+                    grpc.ready()
+                        .await
+                        .map_err(|e| Status::unavailable(e.to_string()))?;
+                    grpc.server_streaming(
+                        req,
+                        path.clone(),
+                        WireCodec::<pb::ReceiveMessageResponse>::default(),
+                    )
+                    .await
                 };
                 let mut stream = match tokio::time::timeout_at(deadline, open).await {
                     Err(_) => break Some(Failure::deadline()),
                     Ok(Err(status)) => {
                         shared.reached(&Err(&status));
-                        if is_connect_error(&status) && pause_before_retry(started, budget, attempt).await {
+                        if is_connect_error(&status)
+                            && pause_before_retry(started, budget, attempt).await
+                        {
                             attempt += 1;
                             let waited = started.elapsed().as_secs_f64();
                             if let Some(shorter) = shortened_receive(&original, total, waited) {
@@ -1120,7 +1317,11 @@ impl Channel {
                                 if first_early && code == pb::Code::Ok as i32 {
                                     first_early = false;
                                     let endpoint = endpoint.clone();
-                                    shared.hub.push(Done::ReceiveFirst { token, message: decoded, endpoint });
+                                    shared.hub.push(Done::ReceiveFirst {
+                                        token,
+                                        message: decoded,
+                                        endpoint,
+                                    });
                                 } else {
                                     messages.push(decoded);
                                 }
@@ -1139,7 +1340,15 @@ impl Channel {
                 }
             };
             shared.finished(token);
-            shared.hub.push(Done::Receive { token, code, text, delivery, messages, failure, endpoint });
+            shared.hub.push(Done::Receive {
+                token,
+                code,
+                text,
+                delivery,
+                messages,
+                failure,
+                endpoint,
+            });
         });
         Ok(())
     }
@@ -1159,8 +1368,13 @@ impl Channel {
                 tokio_stream::wrappers::UnboundedReceiverStream::new(rx),
             );
             let outcome = async {
-                grpc.ready().await.map_err(|e| Status::unavailable(e.to_string()))?;
-                let mut stream = grpc.streaming(req, path, WireCodec::<Bytes>::default()).await?.into_inner();
+                grpc.ready()
+                    .await
+                    .map_err(|e| Status::unavailable(e.to_string()))?;
+                let mut stream = grpc
+                    .streaming(req, path, WireCodec::<Bytes>::default())
+                    .await?
+                    .into_inner();
                 shared.reached(&Ok(()));
                 while let Some(data) = stream.message().await? {
                     shared.hub.push(Done::TelemetryItem { token, data });
@@ -1178,12 +1392,20 @@ impl Channel {
             shared.finished(token);
             shared.hub.push(Done::TelemetryEnd { token, failure });
         });
-        Ok(TelemetryWriter { sender: Mutex::new(Some(tx)) })
+        Ok(TelemetryWriter {
+            sender: Mutex::new(Some(tx)),
+        })
     }
 
     /// Cancel the call of `token` (its stream is reset; no completion comes for it).
     fn cancel(&self, token: u64) {
-        if let Some(handle) = self.shared.calls.lock().unwrap_or_else(|e| e.into_inner()).remove(&token) {
+        if let Some(handle) = self
+            .shared
+            .calls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&token)
+        {
             handle.abort();
         }
     }
@@ -1196,7 +1418,8 @@ impl Channel {
         }
         let shared = self.shared.clone();
         let abort_all = move || {
-            let calls = std::mem::take(&mut *shared.calls.lock().unwrap_or_else(|e| e.into_inner()));
+            let calls =
+                std::mem::take(&mut *shared.calls.lock().unwrap_or_else(|e| e.into_inner()));
             for (token, handle) in calls {
                 handle.abort();
                 shared.hub.push(Done::Cancelled { token });
@@ -1245,7 +1468,12 @@ struct TelemetryWriter {
 impl TelemetryWriter {
     /// Queue one serialized TelemetryCommand; False once the stream has ended.
     fn write(&self, data: &[u8]) -> bool {
-        match self.sender.lock().unwrap_or_else(|e| e.into_inner()).as_ref() {
+        match self
+            .sender
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
             Some(tx) => tx.send(Bytes::copy_from_slice(data)).is_ok(),
             None => false,
         }
@@ -1259,7 +1487,12 @@ impl TelemetryWriter {
 
 /// Decode one serialized `Message` as a receive would (tests compare it with the Python codec).
 #[pyfunction]
-fn decode_for_test<'py>(py: Python<'py>, hub: &Hub, message: &[u8], endpoint: Py<PyAny>) -> PyResult<Bound<'py, PyAny>> {
+fn decode_for_test<'py>(
+    py: Python<'py>,
+    hub: &Hub,
+    message: &[u8],
+    endpoint: Py<PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
     let parsed = pb::Message::decode(message).map_err(|e| PyValueError::new_err(e.to_string()))?;
     hub.build(py, decode_message(parsed), &endpoint)
 }
@@ -1272,7 +1505,10 @@ fn push_for_test(hub: &Hub, threads: usize, per_thread: u64) {
         let shared = hub.shared.clone();
         std::thread::spawn(move || {
             for i in 0..per_thread {
-                shared.push(Done::TelemetryItem { token: t as u64 * per_thread + i, data: Bytes::new() });
+                shared.push(Done::TelemetryItem {
+                    token: t as u64 * per_thread + i,
+                    data: Bytes::new(),
+                });
             }
         });
     }
