@@ -14,7 +14,7 @@
 //! - A call waits for its connection within a budget the caller gives (nothing was sent while connecting,
 //!   so trying again is safe), as the grpcio transport waits for READY (`thrust._io.rpc.RpcClient`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::os::fd::AsRawFd;
@@ -50,6 +50,8 @@ mod pb {
 }
 
 const SERVICE: &str = "/apache.rocketmq.v2.MessagingService/";
+/// The request id header (`thrust._io.metadata`): a receive that renews its empty polls gives each its own.
+const REQUEST_ID: &str = "x-mq-request-id";
 /// `thrust._codec.convert.MAX_DECOMPRESSED_SIZE`: a GZIP body may not inflate beyond it.
 const MAX_DECOMPRESSED_SIZE: u64 = 130 * 1024 * 1024;
 /// The proxy's minimum long poll (`thrust._core.settings.MIN_POLLING_SECONDS`).
@@ -996,6 +998,10 @@ struct ChannelShared {
     closed: AtomicBool,
     state: AtomicU8,
     started: AtomicU64,
+    /// Receives told not to poll again after an empty answer (`Channel.stop_repeating`).
+    no_repeat: Mutex<HashSet<u64>>,
+    /// Empty long polls that a receive renewed on its own (`Channel.receives_repeated`).
+    repeated: AtomicU64,
 }
 
 impl ChannelShared {
@@ -1017,6 +1023,23 @@ impl ChannelShared {
 
     fn finished(&self, token: u64) {
         self.calls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&token);
+    }
+
+    /// Whether receive `token` may poll again after an empty answer (and forget that it was asked).
+    fn may_repeat(&self, token: u64) -> bool {
+        !self.closed.load(Ordering::Acquire)
+            && !self
+                .no_repeat
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(&token)
+    }
+
+    fn forget_repeat(&self, token: u64) {
+        self.no_repeat
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(&token);
@@ -1158,6 +1181,8 @@ impl Channel {
                 closed: AtomicBool::new(false),
                 state: AtomicU8::new(STATE_IDLE),
                 started: AtomicU64::new(0),
+                no_repeat: Mutex::new(HashSet::new()),
+                repeated: AtomicU64::new(0),
             }),
             runtime,
             pid: std::process::id(),
@@ -1173,6 +1198,29 @@ impl Channel {
     /// How many calls this channel started (diagnostics and tests).
     fn calls_started(&self) -> u64 {
         self.shared.started.load(Ordering::Relaxed)
+    }
+
+    /// How many empty long polls receives renewed on their own (`receive(..., repeat_for)`): ReceiveMessage
+    /// calls that `calls_started` does not count.
+    fn receives_repeated(&self) -> u64 {
+        self.shared.repeated.load(Ordering::Relaxed)
+    }
+
+    /// Receive `token` polls no more after its current poll (a push consumer's queue was dropped).
+    fn stop_repeating(&self, token: u64) {
+        if self
+            .shared
+            .calls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(&token)
+        {
+            self.shared
+                .no_repeat
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(token);
+        }
     }
 
     /// Start unary `rpc`; its completion comes through the hub under `token`. The call first waits up to
@@ -1237,6 +1285,8 @@ impl Channel {
     /// it brought decoded, and the failure if it broke. With `first_early`, the first message after the OK
     /// status is handed over at once (kind 6), and the rest with the completion.
     #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (token, request, metadata, timeout, connect_budget, endpoint, first_early, repeat_for=0.0))]
+    #[allow(clippy::too_many_arguments)]
     fn receive(
         &self,
         py: Python<'_>,
@@ -1247,108 +1297,144 @@ impl Channel {
         connect_budget: f64,
         endpoint: Py<PyAny>,
         first_early: bool,
+        repeat_for: f64,
     ) -> PyResult<()> {
         self.check_open()?;
         let _ = py;
         let endpoint = Arc::new(endpoint);
         let path = path_of("ReceiveMessage")?;
-        let md = metadata_map(metadata)?;
+        let mut md = metadata_map(metadata)?;
+        let request_id = md
+            .get(REQUEST_ID)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
         let original = Bytes::copy_from_slice(request);
         let shared = self.shared.clone();
         let total = timeout.max(0.0);
         let budget = Duration::from_secs_f64(connect_budget.max(0.0));
+        let repeat_for = Duration::from_secs_f64(repeat_for.max(0.0));
         self.spawn(token, async move {
-            let mut first_early = first_early;
-            let started = Instant::now();
-            let deadline = started + Duration::from_secs_f64(total);
-            let mut attempt = 0;
-            let mut request = original.clone();
-            let mut code = -1;
-            let mut text = String::new();
-            let mut delivery = None;
-            let mut messages = Vec::new();
-            let failure = 'call: loop {
-                let mut grpc = shared.grpc();
-                let mut req =
-                    tonic::Request::from_parts(md.clone(), Default::default(), request.clone());
-                req.set_timeout(deadline.saturating_duration_since(Instant::now()));
-                let open = async {
-                    grpc.ready()
+            let began = Instant::now();
+            let mut polls: u64 = 0;
+            loop {
+                let mut first_early = first_early;
+                let mut arrived = false;
+                let started = Instant::now();
+                let deadline = started + Duration::from_secs_f64(total);
+                let mut attempt = 0;
+                let mut request = original.clone();
+                let mut code = -1;
+                let mut text = String::new();
+                let mut delivery = None;
+                let mut messages = Vec::new();
+                let failure = 'call: loop {
+                    let mut grpc = shared.grpc();
+                    let mut req =
+                        tonic::Request::from_parts(md.clone(), Default::default(), request.clone());
+                    req.set_timeout(deadline.saturating_duration_since(Instant::now()));
+                    let open = async {
+                        grpc.ready()
+                            .await
+                            .map_err(|e| Status::unavailable(e.to_string()))?;
+                        grpc.server_streaming(
+                            req,
+                            path.clone(),
+                            WireCodec::<pb::ReceiveMessageResponse>::default(),
+                        )
                         .await
-                        .map_err(|e| Status::unavailable(e.to_string()))?;
-                    grpc.server_streaming(
-                        req,
-                        path.clone(),
-                        WireCodec::<pb::ReceiveMessageResponse>::default(),
-                    )
-                    .await
-                };
-                let mut stream = match tokio::time::timeout_at(deadline, open).await {
-                    Err(_) => break Some(Failure::deadline()),
-                    Ok(Err(status)) => {
-                        shared.reached(&Err(&status));
-                        if is_connect_error(&status)
-                            && pause_before_retry(started, budget, attempt).await
-                        {
-                            attempt += 1;
-                            let waited = started.elapsed().as_secs_f64();
-                            if let Some(shorter) = shortened_receive(&original, total, waited) {
-                                request = shorter;
-                            }
-                            continue;
-                        }
-                        break Some(Failure::from_status(&status));
-                    }
-                    Ok(Ok(response)) => {
-                        shared.reached(&Ok(()));
-                        response.into_inner()
-                    }
-                };
-                loop {
-                    match tokio::time::timeout_at(deadline, stream.message()).await {
-                        Err(_) => break 'call Some(Failure::deadline()),
-                        Ok(Ok(Some(item))) => match item.content {
-                            Some(pb::receive_message_response::Content::Status(status)) => {
-                                code = status.code;
-                                text = status.message;
-                            }
-                            Some(pb::receive_message_response::Content::Message(message)) => {
-                                let decoded = decode_message(message);
-                                if first_early && code == pb::Code::Ok as i32 {
-                                    first_early = false;
-                                    let endpoint = endpoint.clone();
-                                    shared.hub.push(Done::ReceiveFirst {
-                                        token,
-                                        message: decoded,
-                                        endpoint,
-                                    });
-                                } else {
-                                    messages.push(decoded);
-                                }
-                            }
-                            Some(pb::receive_message_response::Content::DeliveryTimestamp(ts)) => {
-                                delivery = seconds(&Some(ts));
-                            }
-                            None => {}
-                        },
-                        Ok(Ok(None)) => break 'call None,
+                    };
+                    let mut stream = match tokio::time::timeout_at(deadline, open).await {
+                        Err(_) => break Some(Failure::deadline()),
                         Ok(Err(status)) => {
                             shared.reached(&Err(&status));
-                            break 'call Some(Failure::from_status(&status));
+                            if is_connect_error(&status)
+                                && pause_before_retry(started, budget, attempt).await
+                            {
+                                attempt += 1;
+                                let waited = started.elapsed().as_secs_f64();
+                                if let Some(shorter) = shortened_receive(&original, total, waited) {
+                                    request = shorter;
+                                }
+                                continue;
+                            }
+                            break Some(Failure::from_status(&status));
+                        }
+                        Ok(Ok(response)) => {
+                            shared.reached(&Ok(()));
+                            response.into_inner()
+                        }
+                    };
+                    loop {
+                        match tokio::time::timeout_at(deadline, stream.message()).await {
+                            Err(_) => break 'call Some(Failure::deadline()),
+                            Ok(Ok(Some(item))) => match item.content {
+                                Some(pb::receive_message_response::Content::Status(status)) => {
+                                    code = status.code;
+                                    text = status.message;
+                                }
+                                Some(pb::receive_message_response::Content::Message(message)) => {
+                                    let decoded = decode_message(message);
+                                    arrived = true;
+                                    if first_early && code == pb::Code::Ok as i32 {
+                                        first_early = false;
+                                        let endpoint = endpoint.clone();
+                                        shared.hub.push(Done::ReceiveFirst {
+                                            token,
+                                            message: decoded,
+                                            endpoint,
+                                        });
+                                    } else {
+                                        messages.push(decoded);
+                                    }
+                                }
+                                Some(pb::receive_message_response::Content::DeliveryTimestamp(
+                                    ts,
+                                )) => {
+                                    delivery = seconds(&Some(ts));
+                                }
+                                None => {}
+                            },
+                            Ok(Ok(None)) => break 'call None,
+                            Ok(Err(status)) => {
+                                shared.reached(&Err(&status));
+                                break 'call Some(Failure::from_status(&status));
+                            }
                         }
                     }
+                };
+                // An empty long poll of a receive asked to repeat (a push consumer's idle queue) is renewed
+                // here, with the same request and attempt id, without waking the event loop: the loop learns
+                // only of messages, failures and the end of the `repeat_for` window (which the caller keeps
+                // shorter than the time after which it deems a queue without activity expired).
+                if failure.is_none()
+                    && !arrived
+                    && code == pb::Code::MessageNotFound as i32
+                    && began.elapsed() < repeat_for
+                    && shared.may_repeat(token)
+                {
+                    polls += 1;
+                    shared.repeated.fetch_add(1, Ordering::Relaxed);
+                    if let Some(id) = &request_id {
+                        // Each call its own request id, as every other call has (the proxy logs them).
+                        if let Ok(value) = MetadataValue::try_from(format!("{id}.{polls}")) {
+                            md.insert(REQUEST_ID, value);
+                        }
+                    }
+                    continue;
                 }
-            };
-            shared.finished(token);
-            shared.hub.push(Done::Receive {
-                token,
-                code,
-                text,
-                delivery,
-                messages,
-                failure,
-                endpoint,
-            });
+                shared.forget_repeat(token);
+                shared.finished(token);
+                shared.hub.push(Done::Receive {
+                    token,
+                    code,
+                    text,
+                    delivery,
+                    messages,
+                    failure,
+                    endpoint,
+                });
+                break;
+            }
         });
         Ok(())
     }

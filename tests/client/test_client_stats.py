@@ -154,23 +154,23 @@ def test_the_session_counts_each_call_it_begins_by_rpc() -> None:
                     endpoints=ep, group="g", subscriptions={"t": "*"}, await_duration=5
                 ) as c,
             ):
-                sent0 = p.session.calls.get("SendMessage", 0)
+                sent0 = p.session.calls().get("SendMessage", 0)
                 await p.send(thrust.Message(topic="t", body=b"a"))
                 srv.faults.fail_next(Rpc.SEND_MESSAGE, Code.TOO_MANY_REQUESTS)
                 await p.send(thrust.Message(topic="t", body=b"b"))  # two attempts
-                assert p.session.calls["SendMessage"] - sent0 == 3
-                assert p.session.calls["QueryRoute"] >= 1
-                assert "ReceiveMessage" not in p.session.calls
+                assert p.session.calls()["SendMessage"] - sent0 == 3
+                assert p.session.calls()["QueryRoute"] >= 1
+                assert "ReceiveMessage" not in p.session.calls()
 
-                received0 = c.session.calls.get("ReceiveMessage", 0)
+                received0 = c.session.calls().get("ReceiveMessage", 0)
                 got: list[thrust.ReceivedMessage] = []
                 receives = 0
                 while len(got) < 2:
                     got += await c.receive(32)
                     receives += 1
-                assert c.session.calls["ReceiveMessage"] - received0 == receives
-                acked0 = c.session.calls.get("AckMessage", 0)
+                assert c.session.calls()["ReceiveMessage"] - received0 == receives
+                acked0 = c.session.calls().get("AckMessage", 0)
                 await c.ack(got[0])
-                assert c.session.calls["AckMessage"] - acked0 == 1
+                assert c.session.calls()["AckMessage"] - acked0 == 1
 
     run(scenario)

@@ -361,11 +361,22 @@ def test_receive_errors_back_off_reuse_the_attempt_id_and_several_receives_run_p
                 receive = session.receive
 
                 async def spy(
-                    endpoint: object, request: object, *, timeout: float, on_message: Any = None
+                    endpoint: object,
+                    request: object,
+                    *,
+                    timeout: float,
+                    on_message: Any = None,
+                    renewal: Any = None,
                 ) -> object:
                     attempts.append((request.attempt_id, ""))  # type: ignore[attr-defined]
                     try:
-                        return await receive(endpoint, request, timeout=timeout, on_message=on_message)  # type: ignore[arg-type]
+                        return await receive(
+                            endpoint,  # type: ignore[arg-type]
+                            request,
+                            timeout=timeout,
+                            on_message=on_message,
+                            renewal=renewal,
+                        )
                     except Exception as exc:
                         attempts[-1] = (attempts[-1][0], type(exc).__name__)
                         raise

@@ -170,10 +170,12 @@ def test_push_receives_ask_for_a_poll_shorter_than_their_deadline() -> None:
                 session = consumer.session
                 original = session.receive
 
-                async def receive(endpoint, request, *, timeout, on_message=None):  # type: ignore[no-untyped-def]
+                async def receive(endpoint, request, *, timeout, on_message=None, renewal=None):  # type: ignore[no-untyped-def]
                     poll = request.long_polling_timeout
                     asked.append((poll.seconds + poll.nanos / 1e9, timeout))
-                    return await original(endpoint, request, timeout=timeout, on_message=on_message)
+                    return await original(
+                        endpoint, request, timeout=timeout, on_message=on_message, renewal=renewal
+                    )
 
                 session.receive = receive  # type: ignore[method-assign]
                 async with Producer(endpoints=ep, topics=["t"]) as producer:

@@ -384,3 +384,14 @@ def test_flow_control_invariant_with_partial_results(seed: int, size: int) -> No
 @pytest.mark.parametrize("seed", range(8))
 def test_count_never_exceeds_threshold_with_partial_results_and_mixed_sizes(seed: int) -> None:
     run_partial_invariant(seed, None)
+
+
+def test_an_idle_receive_renews_its_polls_only_while_its_last_one_ends_before_the_queue_expires() -> None:
+    budget = QueueBudget(long_polling_timeout=20.0, request_timeout=3.0)
+    assert budget.idle_limit == 69.0
+    deadline = 23.0  # long polling + request timeout
+    window = budget.renewal_window(deadline)
+    assert window == 43.0
+    # a poll started at the end of the window ends a request timeout before the queue counts as expired
+    assert window + deadline == budget.idle_limit - budget.request_timeout
+    assert QueueBudget(long_polling_timeout=5.0, request_timeout=3.0).renewal_window(100.0) == 0.0

@@ -143,6 +143,12 @@ class QueueBudget:
         """A queue with no receive activity for this long is expired: (long polling + request timeout) x 3."""
         return (self.long_polling_timeout + self.request_timeout) * 3
 
+    def renewal_window(self, receive_deadline: float) -> float:
+        """How long an idle queue's receive may renew its empty long polls by itself (`ReceiveTicket`s
+        stay open meanwhile; the native transport's `Renewal`): its last poll then ends, within
+        `receive_deadline`, a request timeout before the queue would count as expired (`expired`)."""
+        return max(0.0, self.idle_limit - receive_deadline - self.request_timeout)
+
 
 class ReceiveTicket:
     """One in-flight ReceiveMessage: the attempt id to send and the count it reserved."""

@@ -38,6 +38,7 @@ from thrust._io.rpc import (
     _SERVICE,
     OK_ONLY,
     ReceiveResult,
+    Renewal,
     RpcClient,
     TelemetryCall,
     _channel_closed,
@@ -343,6 +344,11 @@ class NativeRpcClient:
         """How many calls this channel started (diagnostics and tests)."""
         return int(self._channel.calls_started())
 
+    @property
+    def receives_repeated(self) -> int:
+        """Empty long polls that receives renewed on their own (`Renewal`): calls `calls_started` misses."""
+        return int(self._channel.receives_repeated())
+
     def cancel_receives(self) -> None:
         """Cancel every ReceiveMessage in flight now and refuse new ones (client close): their callers get
         ClientClosedError at once (as `RpcClient.cancel_receives`)."""
@@ -405,6 +411,7 @@ class NativeRpcClient:
         timeout: float,
         on_message: Callable[[Any], None] | None = None,
         settings_synced: asyncio.Event | None = None,
+        renewal: Renewal | None = None,
     ) -> ReceiveResult:
         """As `RpcClient.receive`. The native stream is read off the loop: with `on_message`, the first
         message after the OK status is handed to it as soon as it arrives (one wake-up of the loop), and the
@@ -446,9 +453,21 @@ class NativeRpcClient:
             future = asyncio.get_running_loop().create_future()
             hub.subscribe(token, _receive_waiter(future, on_message))
         self._receives[token] = future
+        repeat_for = 0.0
+        if renewal is not None and not renewal.stopped:
+            repeat_for = renewal.window
+            channel = self._channel
+            renewal._stop = lambda: channel.stop_repeating(token)
         try:
             self._channel.receive(
-                token, request.SerializeToString(), md, timeout, budget, self.endpoint, on_message is not None
+                token,
+                request.SerializeToString(),
+                md,
+                timeout,
+                budget,
+                self.endpoint,
+                on_message is not None,
+                repeat_for,
             )
             kind, payload = await future
         except asyncio.CancelledError:
@@ -462,6 +481,8 @@ class NativeRpcClient:
             raise ClientClosedError(f"ReceiveMessage: {exc}", request_id=request_id) from None
         finally:
             self._receives.pop(token, None)
+            if renewal is not None:
+                renewal._stop = None
         if kind == _CANCELLED:
             if self._receives_cancelled:
                 raise ClientClosedError(

@@ -363,6 +363,26 @@ class ReceiveResult:
         self.delivery_timestamp = delivery_timestamp
 
 
+class Renewal:
+    """Lets one receive renew its empty long polls itself for up to `window` seconds from its start: the
+    native transport does, without waking the event loop (a push consumer's idle queue, one long poll after
+    another while nothing comes), and counts each in `receives_repeated`; grpcio answers every empty poll,
+    and its caller polls again, which comes to the same calls. `stop()` ends the renewing after the poll
+    in flight (a dropped queue starts no new receive)."""
+
+    __slots__ = ("_stop", "stopped", "window")
+
+    def __init__(self, window: float) -> None:
+        self.window = window
+        self.stopped = False
+        self._stop: Callable[[], None] | None = None  # set by the transport while its receive runs
+
+    def stop(self) -> None:
+        self.stopped = True
+        if self._stop is not None:
+            self._stop()
+
+
 def decode_one(message: Any, endpoint: Endpoint) -> ReceivedMessage | Corrupted:
     """One received protobuf `Message` decoded, or the `Corrupted` it is (`RpcClient.receive`'s
     `on_message` gets either)."""
@@ -566,8 +586,10 @@ class RpcClient:
         timeout: float,
         on_message: Callable[[Any], None] | None = None,
         settings_synced: asyncio.Event | None = None,
+        renewal: Renewal | None = None,
     ) -> ReceiveResult:
         """Run one ReceiveMessage stream to completion (docs/protocol.md §6.4: clients act on completion).
+        (`renewal` is the native transport's; here each empty poll is answered.)
 
         MESSAGE_NOT_FOUND is an empty result, not an error. Other non-OK statuses raise.
 

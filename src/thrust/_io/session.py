@@ -42,7 +42,7 @@ from thrust._core.routes import Isolation, RouteCache, RouteQueue, TopicRoute
 from thrust._core.settings import ClientSettings, ServerSettings, merge
 from thrust._io.metadata import CLIENT_VERSION, Metadata, new_client_id
 from thrust._io.native import NativeHub, NativeRpcClient, Rpc, resolve_transport
-from thrust._io.rpc import OK_ONLY, ReceiveResult, RpcClient
+from thrust._io.rpc import OK_ONLY, ReceiveResult, Renewal, RpcClient
 from thrust._io.telemetry import TelemetryHandler, TelemetryStream
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as pb
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as spb
@@ -172,9 +172,8 @@ class ClientSession:
         self._release_pending: set[Endpoint] = set()
         self.held_releases = 0  # times `release_held` re-registered this client (diagnostics, tests)
         self.transport_recoveries = 0  # channels replaced after transport failures (diagnostics, tests)
-        # Calls begun, by RPC name (`call` and `receive`; the Telemetry streams are not counted): what a
-        # client asks of its servers, which a real proxy does not count per client (`thrust perf scale`).
-        self.calls: dict[str, int] = {}
+        # Calls begun here, by RPC name (`calls()`).
+        self._calls: dict[str, int] = {}
         self._sessions: dict[Endpoint, asyncio.Task[EndpointSession]] = {}
         self.routes = RouteCache(route_refresh_interval)
         self.isolation = Isolation()
@@ -425,6 +424,17 @@ class ClientSession:
         logger.debug("session with %s established", endpoint)
         return EndpointSession(endpoint, stream)
 
+    def calls(self) -> dict[str, int]:
+        """Calls begun by RPC name: every unary call and receive, retries included, and the empty long
+        polls that native receives renewed on their own (`Renewal`), of the channels open now; the
+        Telemetry streams are not counted. What a client asks of its servers, which a real proxy does not
+        count per client (`thrust perf scale`)."""
+        counts = dict(self._calls)
+        repeated = sum(getattr(rpc, "receives_repeated", 0) for rpc in self._rpcs.values())
+        if repeated:
+            counts["ReceiveMessage"] = counts.get("ReceiveMessage", 0) + repeated
+        return counts
+
     def is_ready(self, endpoint: Endpoint) -> bool:
         """True when the session with `endpoint` is established (no waiting needed to call it)."""
         task = self._sessions.get(endpoint)
@@ -491,7 +501,7 @@ class ClientSession:
         if need_session and not self.is_ready(endpoint):
             await self.session(endpoint)
         client = self.rpc(endpoint)
-        calls = self.calls
+        calls = self._calls
         calls[rpc] = calls.get(rpc, 0) + 1
         self._inflight += 1
         try:
@@ -523,11 +533,13 @@ class ClientSession:
         *,
         timeout: float,
         on_message: Callable[[Any], None] | None = None,
+        renewal: Renewal | None = None,
     ) -> ReceiveResult:
         """One ReceiveMessage stream to completion on `endpoint` (session ensured first).
 
         With `on_message`, messages after the OK status are handed to it as they arrive instead of
-        being collected into the result (`RpcClient.receive`)."""
+        being collected into the result (`RpcClient.receive`). With `renewal`, the native transport
+        renews empty long polls itself (`thrust._io.rpc.Renewal`)."""
         self._check_open()
         if not self.is_ready(endpoint):
             await self.session(endpoint)
@@ -535,12 +547,12 @@ class ClientSession:
             self._check_open()
         client = self.rpc(endpoint)
         stream = self.telemetry(endpoint)
-        calls = self.calls
+        calls = self._calls
         calls["ReceiveMessage"] = calls.get("ReceiveMessage", 0) + 1
         self._inflight += 1
         try:
             result = await client.receive(
-                request, timeout, on_message, None if stream is None else stream.synced
+                request, timeout, on_message, None if stream is None else stream.synced, renewal
             )
         except (errors.ConnectionError, errors.TimeoutError) as exc:
             self._raise_if_closed(exc)

@@ -22,7 +22,7 @@ from thrust._core.endpoints import Endpoint
 from thrust._core.fifo import FifoSequencer
 from thrust._core.process_queue import ProcessQueue
 from thrust._core.routes import RouteQueue
-from thrust._io.rpc import OK_OR_MULTIPLE
+from thrust._io.rpc import OK_OR_MULTIPLE, Renewal
 from thrust._proto.apache.rocketmq.v2 import service_pb2 as spb
 from thrust.message import ReceivedMessage
 
@@ -79,10 +79,10 @@ class _Queue:
     A record the three parts of the consumer share, as a partition's state is in a Kafka consumer's
     subscription state; each field has one writer. `AssignmentScanner` creates it (`id`, `route_queue`,
     `pq`, `ack_key`, `request`, `runner`) and stops it (`halt`, `bound_settling`); `QueueReceiver` writes
-    `receivers`, `timer`, `fifo` and `received`, and hands what it received to the listener through the
-    settler; `Settler` writes `settling`, `acks_pending`, `consumed` and `in_listener` (counted in by
-    `Settler.hand_over`, out by the results). `event` is the queue's wake-up: set by whoever made room or
-    changed the plan."""
+    `receivers`, `timer`, `renewal`, `fifo` and `received`, and hands what it received to the listener
+    through the settler; `Settler` writes `settling`, `acks_pending`, `consumed` and `in_listener`
+    (counted in by `Settler.hand_over`, out by the results). `event` is the queue's wake-up: set by
+    whoever made room or changed the plan."""
 
     __slots__ = (
         "ack_key",
@@ -95,6 +95,7 @@ class _Queue:
         "pq",
         "received",
         "receivers",
+        "renewal",
         "request",
         "route_queue",
         "runner",
@@ -111,6 +112,8 @@ class _Queue:
         self.receivers: set[asyncio.Task[None]] = set()
         self.runner: asyncio.Task[None] | None = None
         self.timer: asyncio.TimerHandle | None = None
+        # The idle receive in flight that renews its empty long polls itself (`QueueReceiver._receive`).
+        self.renewal: Renewal | None = None
         self.request: spb.ReceiveMessageRequest | None = None
         self.fifo: FifoSequencer[_Delivery] | None = None
         # FIFO heads whose ack / dead-letter forward their group waits for, with the batcher holding it (so
@@ -126,8 +129,11 @@ class _Queue:
         return self.route_queue.endpoint
 
     def halt(self) -> None:
-        """No new receive starts (the runner sees `pq.dropped` and ends); its wake-up timer is cancelled."""
+        """No new receive starts (the runner sees `pq.dropped` and ends; a receive renewing its empty polls
+        stops after the one in flight); its wake-up timer is cancelled."""
         self.pq.drop()
+        if self.renewal is not None:
+            self.renewal.stop()
         if self.timer is not None:
             self.timer.cancel()
             self.timer = None

@@ -392,11 +392,11 @@ class _Run:
         gc.collect()
         await asyncio.to_thread(target.reset_calls)
         scpu0 = await asyncio.to_thread(target.cpu)
-        calls0 = dict(consumer.session.calls)
+        calls0 = dict(consumer.session.calls())
         cpu0, t0 = _cpu(), time.perf_counter()
         await asyncio.sleep(self.o.idle_seconds)
         cpu1, t1 = _cpu(), time.perf_counter()
-        calls1 = dict(consumer.session.calls)
+        calls1 = dict(consumer.session.calls())
         server_calls = await asyncio.to_thread(target.calls)
         scpu1 = await asyncio.to_thread(target.cpu)
         wall = t1 - t0
