@@ -56,6 +56,9 @@ def test_route_missing_a_recent_broker_is_refetched_every_5s_until_it_returns() 
     # Gone for longer than the memory: taken as removed from the cluster, back to the normal period.
     cache.update("t", [q("a", 0, EA)], now=100.0)
     assert cache.due(105.0) == ["t"]
+    # b was last listed at 35: degraded until 635, without another update
+    assert cache.degraded("t", 635.0) and not cache.degraded("t", 635.5)
+    assert cache.period("t", 635.5) == 30.0 and cache.next_refresh_at(635.5) == 130.0
     cache.update("t", [q("a", 0, EA)], now=700.0)
     assert not cache.degraded("t", 700.0) and cache.due(705.0) == [] and cache.due(730.0) == ["t"]
     # A topic's memory goes with it.
@@ -200,3 +203,14 @@ def test_route_cache_endpoints_kept_by_count_match_the_union_of_routes() -> None
         assert (added, removed) == (union - before, before - union)
         changes += bool(added or removed)
     assert changes > 50  # the walk did add and remove endpoints, not only store empty routes
+
+
+def test_a_refresh_round_takes_the_routes_due_soon() -> None:
+    """Routes fetched one after another are refreshed in one round (`due(now, ahead)`), not one each."""
+    cache = RouteCache(refresh_period=30.0)
+    for i in range(5):
+        cache.update(f"t{i}", [q("a", 0, EA, topic=f"t{i}")], now=i * 0.2)
+    assert cache.next_refresh_at(0.0) == 30.0
+    assert cache.due(30.0) == ["t0"]
+    assert cache.due(30.0, ahead=1.0) == ["t0", "t1", "t2", "t3", "t4"]
+    assert cache.due(29.0, ahead=0.5) == []

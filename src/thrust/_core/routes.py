@@ -38,6 +38,9 @@ __all__ = [
 
 MASTER_BROKER_ID = 0
 
+# "Not degraded": before any time (`RouteCache.degraded`).
+_NEVER = float("-inf")
+
 
 class Permission(IntEnum):
     """`apache.rocketmq.v2.Permission` (docs/protocol.md §3.1)."""
@@ -121,6 +124,7 @@ class RouteCache:
     """
 
     __slots__ = (
+        "_degraded_until",
         "_endpoint_uses",
         "_endpoints",
         "_routes",
@@ -148,6 +152,9 @@ class RouteCache:
         self._endpoint_uses: dict[Endpoint, int] = {}
         # topic -> broker name -> when a route last listed it
         self._widest: dict[str, dict[str, float]] = {}
+        # topic -> until when its route stays degraded (its missing broker's last listing + memory), kept
+        # at each update: the refresher asks every topic's period each round, a thousand topics included.
+        self._degraded_until: dict[str, float] = {}
 
     def update(self, topic: str, queues: Iterable[RouteQueue], now: float) -> RouteUpdate:
         """Store the route just fetched for `topic`. Open sessions for `added_endpoints`; the io layer may
@@ -160,11 +167,18 @@ class RouteCache:
             seen[q.broker_name] = now
         for name in [n for n, t in seen.items() if now - t > self.degraded_memory]:
             del seen[name]
+        present = {q.broker_name for q in route.queues}
+        missing = [t for n, t in seen.items() if n not in present]  # listed before, not in this route
+        if missing:
+            self._degraded_until[topic] = max(missing) + self.degraded_memory
+        else:
+            self._degraded_until.pop(topic, None)
         return self._recompute(route, old)
 
     def remove(self, topic: str) -> frozenset[Endpoint]:
         """Forget a topic (e.g. unsubscribed); returns the endpoints no route uses any more."""
         self._widest.pop(topic, None)
+        self._degraded_until.pop(topic, None)
         old = self._routes.pop(topic, None)
         if old is None:
             return frozenset()
@@ -178,14 +192,7 @@ class RouteCache:
 
     def degraded(self, topic: str, now: float) -> bool:
         """The cached route lacks a broker that a route of `topic` listed within `degraded_memory`."""
-        route = self._routes.get(topic)
-        if route is None:
-            return False
-        present = {q.broker_name for q in route.queues}
-        return any(
-            name not in present and now - t <= self.degraded_memory
-            for name, t in self._widest.get(topic, {}).items()
-        )
+        return now <= self._degraded_until.get(topic, _NEVER)
 
     def period(self, topic: str, now: float) -> float:
         """How often `topic`'s route is re-fetched now."""
@@ -196,15 +203,29 @@ class RouteCache:
         route = self._routes.get(topic)
         return route is None or now - route.fetched_at >= self.refresh_period
 
-    def due(self, now: float) -> list[str]:
-        """Topics whose route should be re-fetched now (degraded ones after the shorter period)."""
-        return [t for t, r in self._routes.items() if now - r.fetched_at >= self.period(t, now)]
+    def due(self, now: float, ahead: float = 0.0) -> list[str]:
+        """Topics whose route should be re-fetched now, or within `ahead` seconds (degraded ones after the
+        shorter period): the refresher takes those due soon in the same round, so that routes fetched
+        one after another (a thousand at start) are refreshed in a few rounds, not in one round each."""
+        degraded = self._degraded_until
+        long, short = self.refresh_period, self.degraded_refresh_period
+        at = now + ahead
+        return [
+            t
+            for t, r in self._routes.items()
+            if at - r.fetched_at >= (short if degraded and now <= degraded.get(t, _NEVER) else long)
+        ]
 
     def next_refresh_at(self, now: float) -> float | None:
         """When the next route is due; None if no route is cached."""
         if not self._routes:
             return None
-        return min(r.fetched_at + self.period(t, now) for t, r in self._routes.items())
+        degraded = self._degraded_until
+        long, short = self.refresh_period, self.degraded_refresh_period
+        return min(
+            r.fetched_at + (short if degraded and now <= degraded.get(t, _NEVER) else long)
+            for t, r in self._routes.items()
+        )
 
     def endpoints(self) -> frozenset[Endpoint]:
         """Every endpoint in any cached route: heartbeat and telemetry targets."""
