@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from thrust._codec import convert
 from thrust._core.endpoints import parse_endpoint
 from thrust._core.process_queue import QueueBudget
 from thrust._core.routes import Permission, RouteQueue, TopicRoute
@@ -25,6 +26,7 @@ class _Session:
     """Answers QueryAssignment with nothing, each call held until the test releases it."""
 
     access_point = EP
+    access_point_pb = convert.endpoint_to_pb(EP)
 
     def __init__(self) -> None:
         self.pending: list[asyncio.Future[None]] = []

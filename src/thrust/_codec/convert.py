@@ -8,6 +8,7 @@ A message whose digest does not match raises `Corrupted`, so it can never reach 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
@@ -69,7 +70,15 @@ def resource(name: str, namespace: str = "") -> pb.Resource:
 
 def endpoint_from_pb(endpoints: pb.Endpoints) -> Endpoint:
     """The `Endpoint` for a route's `Broker.endpoints` (raises ValueError when malformed)."""
-    return Endpoint(Scheme(endpoints.scheme), tuple((a.host, a.port) for a in endpoints.addresses))
+    return _endpoint(endpoints.scheme, tuple((a.host, a.port) for a in endpoints.addresses))
+
+
+@functools.lru_cache(maxsize=1024)
+def _endpoint(scheme: int, addresses: tuple[tuple[str, int], ...]) -> Endpoint:
+    # Every route names the same few brokers again (a consumer of 1,000 topics re-reads 2,000 broker
+    # entries each refresh period); an Endpoint checks its hosts (`ipaddress`) once, here. A malformed one
+    # raises, and exceptions are not cached.
+    return Endpoint(Scheme(scheme), addresses)
 
 
 def endpoint_to_pb(endpoint: Endpoint) -> pb.Endpoints:

@@ -160,6 +160,8 @@ class ClientSession:
         self.client_id = new_client_id()
         self.metadata = Metadata(config, self.client_id)
         self.access_point = config.access_point
+        # In every QueryRoute and QueryAssignment request (read-only: protobuf copies it in).
+        self.access_point_pb = convert.endpoint_to_pb(self.access_point)
         self.local_settings = local_settings
         self.settings = merge(local_settings, ServerSettings())
         self.settings_version = 0
@@ -590,9 +592,7 @@ class ClientSession:
         return await asyncio.shield(task)
 
     async def _fetch_route(self, topic: str) -> TopicRoute:
-        request = spb.QueryRouteRequest(
-            topic=self.resource(topic), endpoints=convert.endpoint_to_pb(self.access_point)
-        )
+        request = spb.QueryRouteRequest(topic=self.resource(topic), endpoints=self.access_point_pb)
         response = await self.call(self.access_point, "QueryRoute", request, need_session=False)
         return self.apply_route(topic, convert.route_queues_from_pb(topic, response.message_queues))
 
