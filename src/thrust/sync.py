@@ -1,4 +1,5 @@
-"""Blocking clients for plain threaded code: `thrust.sync.Producer`, `SimpleConsumer` and `PushConsumer`.
+"""Blocking clients for plain threaded code: `thrust.sync.Producer`, `SimpleConsumer`, `PushConsumer`,
+`LitePushConsumer` and `LiteSimpleConsumer`.
 
 They run the asyncio clients on **one background event-loop thread owned by the library**, started when
 the first sync client is created and stopped when the last one is closed (a daemon thread, so it never
@@ -26,6 +27,7 @@ from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, Self, TypeVar
 
 from thrust import lite_push_consumer as _lite
+from thrust import lite_simple_consumer as _lite_simple
 from thrust import producer as _producer
 from thrust import push_consumer as _push
 from thrust import simple_consumer as _simple
@@ -33,7 +35,14 @@ from thrust._io.rpc import check_grpc_usable
 from thrust.errors import ClientClosedError, ThrustError, TimeoutError
 from thrust.message import FilterExpression, Message, ReceivedMessage, SendReceipt
 
-__all__ = ["LitePushConsumer", "Producer", "PushConsumer", "SimpleConsumer", "Transaction"]
+__all__ = [
+    "LitePushConsumer",
+    "LiteSimpleConsumer",
+    "Producer",
+    "PushConsumer",
+    "SimpleConsumer",
+    "Transaction",
+]
 
 T = TypeVar("T")
 S = TypeVar("S")
@@ -342,7 +351,9 @@ class _SyncSettler:
 
     __slots__ = ("_consumer", "_runner")
 
-    def __init__(self, runner: _Runner, consumer: _simple.SimpleConsumer) -> None:
+    def __init__(
+        self, runner: _Runner, consumer: _simple.SimpleConsumer | _lite_simple.LiteSimpleConsumer
+    ) -> None:
         self._runner = runner
         self._consumer = consumer
 
@@ -512,6 +523,72 @@ class LitePushConsumer(_SyncClient):
 
     def close(self) -> None:
         """Stop consuming, finish in-flight listeners within the grace, flush acks; idempotent."""
+        self._close(self._async.close)
+
+    def __repr__(self) -> str:
+        return f"sync.{self._async!r}"
+
+
+class LiteSimpleConsumer(_SyncClient):
+    """Blocking `thrust.LiteSimpleConsumer`; it takes exactly the arguments of
+    [`thrust.LiteSimpleConsumer`][thrust.LiteSimpleConsumer].
+
+    ```
+    with thrust.sync.LiteSimpleConsumer(endpoints=..., group="g", bind_topic="chat") as c:
+        c.subscribe_lite("session-42")
+        for msg in c.receive(16):
+            msg.ack()  # or c.ack(msg); both block until the ack is done
+    ```
+    As `thrust.sync.SimpleConsumer`: messages it returns settle through it (`msg.ack()` and
+    `msg.change_invisible_duration(seconds)` block until done, naming the lite topic); `subscribe_lite`
+    and `unsubscribe_lite` block until every broker answered.
+    """
+
+    @_options_of(_lite_simple.LiteSimpleConsumer.__init__)
+    def __init__(self, *args: Any, **options: Any) -> None:
+        self._async = _lite_simple.LiteSimpleConsumer(*args, **options)
+        self._start(self._async.start)
+        self._settler = _SyncSettler(self._runner, self._async)
+
+    @property
+    def aio(self) -> _lite_simple.LiteSimpleConsumer:
+        """The asyncio consumer underneath (runs on the library loop thread)."""
+        return self._async
+
+    def subscribe_lite(self, lite_topic: str, offset: _lite.OffsetOption | None = None) -> None:
+        """`LiteSimpleConsumer.subscribe_lite`, blocking."""
+        self._runner.run(self._async.subscribe_lite(lite_topic, offset))
+
+    def unsubscribe_lite(self, lite_topic: str) -> None:
+        """`LiteSimpleConsumer.unsubscribe_lite`, blocking."""
+        self._runner.run(self._async.unsubscribe_lite(lite_topic))
+
+    @property
+    def lite_topics(self) -> frozenset[str]:
+        """The subscribed lite topics."""
+        return self._runner.run(_call(lambda: self._async.lite_topics))
+
+    def receive(
+        self, max_messages: int = 32, invisible_duration: float | None = None
+    ) -> list[ReceivedMessage]:
+        """Messages of the subscribed lite topics (each in order), or [] after the long poll; `msg.ack()`
+        on them blocks until the ack is done."""
+        messages = self._runner.run(self._async.receive(max_messages, invisible_duration))
+        for m in messages:
+            m._bind(self._settler)
+        return messages
+
+    def ack(self, message: ReceivedMessage) -> None:
+        """Acknowledge one message, naming its lite topic (raises `InvalidReceiptHandleError` when its
+        handle expired)."""
+        self._runner.run(self._async.ack(message))
+
+    def change_invisible_duration(self, message: ReceivedMessage, seconds: float) -> None:
+        """Hide `message` for `seconds` from now; its receipt handle is replaced by the new one."""
+        self._runner.run(self._async.change_invisible_duration(message, seconds))
+
+    def close(self) -> None:
+        """Stop the resync and close the consumer; idempotent."""
         self._close(self._async.close)
 
     def __repr__(self) -> str:
