@@ -547,6 +547,20 @@ async def _change_invisible_limits(ctx: Ctx) -> Any:
     return out
 
 
+async def _dispatched(ctx: Ctx) -> None:
+    """Return once what was sent so far can be popped from the one broker's queues. The real broker answers
+    a send before its consume queue has the message (the commit log is dispatched by a thread of its own,
+    in order): a probe sent now and received proves everything sent before it dispatched."""
+    topic = await ctx.topic(queues=1)
+    group = await ctx.group()
+    consumer = await _consumer(ctx, group, topic)
+    producer = await _producer(ctx, topic)
+    sent = await producer.send(message(topic, b"probe"))
+    assert sent.status.code == 20000, sent
+    got = await _receive_all(consumer, group, topic, 1, empty=3, invisible=20)
+    assert got, "the dispatch probe never arrived"
+
+
 async def _fifo_receive(ctx: Ctx) -> Any:
     topic = await ctx.topic("FIFO")
     group = await ctx.group(fifo=True)
@@ -555,6 +569,8 @@ async def _fifo_receive(ctx: Ctx) -> Any:
     for body, mg in ((b"a1", "A"), (b"a2", "A"), (b"a3", "A"), (b"b1", "B")):
         sent = await producer.send(message(topic, body, message_group=mg, message_type=d.MessageType.FIFO))
         assert sent.status.code == 20000, sent
+    # A FIFO pop takes what is dispatched; a1 alone would then hold a2 and a3 back until it is acked.
+    await _dispatched(ctx)
     first = messages_of(await consumer.receive(group, topic, invisible=20))
     # Nothing of a message group is handed out while an earlier one of it is unsettled.
     blocked = _codes(await consumer.receive(group, topic, invisible=20, polling=5))
