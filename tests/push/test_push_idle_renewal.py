@@ -25,7 +25,7 @@ EMPTY = 6
 
 def _repeated(consumer: PushConsumer) -> int:
     """Empty polls renewed by the transport itself (only the native one does)."""
-    return sum(getattr(rpc, "receives_repeated", 0) for rpc in consumer.session._rpcs.values())
+    return sum(rpc.receives_repeated for rpc in consumer.session._rpcs.values())
 
 
 def test_an_idle_queues_empty_polls_are_renewed_counted_and_still_deliver() -> None:

@@ -473,6 +473,11 @@ class RpcClient:
         """True once `close()` was called."""
         return self._closed
 
+    @property
+    def receives_repeated(self) -> int:
+        """Always 0: grpcio renews no long poll by itself (`Renewal`); `NativeRpcClient` does."""
+        return 0
+
     def cancel_receives(self) -> None:
         """Cancel every ReceiveMessage in flight now and refuse new ones (client close).
 

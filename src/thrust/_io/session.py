@@ -436,7 +436,7 @@ class ClientSession:
         Telemetry streams are not counted. What a client asks of its servers, which a real proxy does not
         count per client (`thrust perf scale`)."""
         counts = dict(self._calls)
-        repeated = sum(getattr(rpc, "receives_repeated", 0) for rpc in self._rpcs.values())
+        repeated = sum(rpc.receives_repeated for rpc in self._rpcs.values())
         if repeated:
             counts["ReceiveMessage"] = counts.get("ReceiveMessage", 0) + repeated
         return counts

@@ -42,7 +42,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 from thrust.bench.cpu import proc_cpu_seconds
 from thrust.bench.server import ControlServer
@@ -52,6 +52,7 @@ from thrust.producer import Producer
 from thrust.push_consumer import PushConsumer
 
 __all__ = [
+    "EmbeddedScaleTarget",
     "RealScaleClusters",
     "RealScaleTarget",
     "ScaleOptions",
@@ -209,9 +210,37 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000, 2)
 
 
-class ScaleTarget:
+class ScaleTarget(Protocol):
     """The server one row runs on: its endpoint, the row's resource names, its backlog fill and what it
-    counts. The embedded server (a `ControlServer` child process, one per row)."""
+    counts (`EmbeddedScaleTarget`, `RealScaleTarget`). Every method blocks."""
+
+    kind: str
+    endpoint: str
+    brokers: int
+
+    def name(self, base: str) -> str: ...
+
+    def create(
+        self,
+        topics: Sequence[tuple[str, str, int]],
+        groups: Sequence[tuple[str, bool, str | None, int | None]],
+    ) -> None: ...
+
+    def fill(self, topic: str, count: int, size: int, *, fifo: bool) -> None: ...
+
+    def cpu(self) -> float | None: ...
+
+    def reset_calls(self) -> None: ...
+
+    def calls(self) -> dict[str, int] | None: ...
+
+    def polls(self, group: str) -> int | None: ...
+
+    def close(self) -> None: ...
+
+
+class EmbeddedScaleTarget:
+    """A row on the embedded server: a `ControlServer` child process of its own."""
 
     kind = "embedded"
 
@@ -256,7 +285,7 @@ class ScaleTarget:
         self._server.close()
 
 
-class RealScaleTarget(ScaleTarget):
+class RealScaleTarget:
     """A row on a running real RocketMQ: its topics and groups created through the brokers' admin port
     (names prefixed per row, so that rows and repeated runs never share state), the backlog stored with
     bare SendMessage batches, the CPU of the proxy's and brokers' JVMs (`pids`)."""
@@ -270,6 +299,9 @@ class RealScaleTarget(ScaleTarget):
         self.endpoint = info.endpoint
         self._pids = list(pids)
         self._admin = info.admin()
+
+    def name(self, base: str) -> str:
+        return self.prefix + base
 
     def create(
         self,
@@ -523,7 +555,7 @@ def embedded_target(options: ScaleOptions) -> Callable[[int], ScaleTarget]:
     """Rows on the embedded server: a fresh 2-broker `ControlServer` per row (`lite`: a lite row's)."""
 
     def make(lite: int) -> ScaleTarget:
-        return ScaleTarget(ControlServer(_server_spec(options, lite)), options.brokers)
+        return EmbeddedScaleTarget(ControlServer(_server_spec(options, lite)), options.brokers)
 
     return make
 
