@@ -126,9 +126,17 @@ impl Failure {
     fn from_status(status: &Status) -> Self {
         // A status with a source was made here from a transport error (an HTTP/2, TLS or socket failure),
         // not sent by the server: tonic calls some of those UNKNOWN, which gRPC core and grpc-java call
-        // UNAVAILABLE, a failure a retry may cure.
+        // UNAVAILABLE, a failure a retry may cure. It calls a connection closed under a call CANCELLED
+        // ("connection closed": with TLS 1.3 a server that refuses the client's certificate does so after
+        // the client finished its handshake, so the first call meets the close); gRPC core reports that
+        // as UNAVAILABLE too. Only a CANCELLED the server sent (RST_STREAM CANCEL) stays CANCELLED.
         let code = match status.code() {
             Code::Unknown if std::error::Error::source(status).is_some() => Code::Unavailable,
+            Code::Cancelled
+                if std::error::Error::source(status).is_some() && !is_remote_reset(status) =>
+            {
+                Code::Unavailable
+            }
             code => code,
         };
         Failure {
@@ -878,6 +886,18 @@ fn is_connect_error(status: &Status) -> bool {
     while let Some(err) = source {
         if err.is::<tonic::ConnectError>() {
             return true;
+        }
+        source = err.source();
+    }
+    false
+}
+
+/// Whether the HTTP/2 error under `status` is a stream reset the peer sent (not a closed connection).
+fn is_remote_reset(status: &Status) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
+    while let Some(err) = source {
+        if let Some(h2) = err.downcast_ref::<h2::Error>() {
+            return h2.is_reset() && h2.is_remote();
         }
         source = err.source();
     }
