@@ -24,7 +24,7 @@ import os
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterator, Sequence
 from types import TracebackType
-from typing import Any, Concatenate, ParamSpec, Self, TypeVar
+from typing import Any, Concatenate, ParamSpec, Protocol, Self, TypeVar
 
 from thrust import lite_push_consumer as _lite
 from thrust import lite_simple_consumer as _lite_simple
@@ -481,7 +481,38 @@ class PushConsumer(_SyncClient):
         return f"sync.{self._async!r}"
 
 
-class LitePushConsumer(_SyncClient):
+class _LiteSubscriber(Protocol):
+    """What both asyncio lite consumers offer to change their lite subscriptions."""
+
+    async def subscribe_lite(self, lite_topic: str, offset: _lite.OffsetOption | None = None) -> None: ...
+
+    async def unsubscribe_lite(self, lite_topic: str) -> None: ...
+
+    @property
+    def lite_topics(self) -> frozenset[str]: ...
+
+
+class _LiteSubscriptions(_SyncClient):
+    """The lite subscription methods of both blocking lite consumers, blocking until every broker
+    answered."""
+
+    _async: _LiteSubscriber
+
+    def subscribe_lite(self, lite_topic: str, offset: _lite.OffsetOption | None = None) -> None:
+        """Subscribe `lite_topic` (the asyncio consumer's `subscribe_lite`), blocking."""
+        self._runner.run(self._async.subscribe_lite(lite_topic, offset))
+
+    def unsubscribe_lite(self, lite_topic: str) -> None:
+        """Unsubscribe `lite_topic` (the asyncio consumer's `unsubscribe_lite`), blocking."""
+        self._runner.run(self._async.unsubscribe_lite(lite_topic))
+
+    @property
+    def lite_topics(self) -> frozenset[str]:
+        """The subscribed lite topics."""
+        return self._runner.run(_call(lambda: self._async.lite_topics))
+
+
+class LitePushConsumer(_LiteSubscriptions):
     """Blocking `thrust.LitePushConsumer`; it takes exactly the arguments of
     [`thrust.LitePushConsumer`][thrust.LitePushConsumer].
 
@@ -494,6 +525,8 @@ class LitePushConsumer(_SyncClient):
     `unsubscribe_lite` block until every broker answered.
     """
 
+    _async: _lite.LitePushConsumer
+
     @_options_of(_lite.LitePushConsumer.__init__)
     def __init__(self, *args: Any, **options: Any) -> None:
         self._async = _lite.LitePushConsumer(*args, **options)
@@ -503,19 +536,6 @@ class LitePushConsumer(_SyncClient):
     def aio(self) -> _lite.LitePushConsumer:
         """The asyncio consumer underneath (runs on the library loop thread)."""
         return self._async
-
-    def subscribe_lite(self, lite_topic: str, offset: _lite.OffsetOption | None = None) -> None:
-        """`LitePushConsumer.subscribe_lite`, blocking."""
-        self._runner.run(self._async.subscribe_lite(lite_topic, offset))
-
-    def unsubscribe_lite(self, lite_topic: str) -> None:
-        """`LitePushConsumer.unsubscribe_lite`, blocking."""
-        self._runner.run(self._async.unsubscribe_lite(lite_topic))
-
-    @property
-    def lite_topics(self) -> frozenset[str]:
-        """The subscribed lite topics."""
-        return self._runner.run(_call(lambda: self._async.lite_topics))
 
     def stats(self) -> _push.PushConsumerStats:
         """A `PushConsumerStats` snapshot of the push consumer underneath."""
@@ -529,7 +549,7 @@ class LitePushConsumer(_SyncClient):
         return f"sync.{self._async!r}"
 
 
-class LiteSimpleConsumer(_SyncClient):
+class LiteSimpleConsumer(_LiteSubscriptions):
     """Blocking `thrust.LiteSimpleConsumer`; it takes exactly the arguments of
     [`thrust.LiteSimpleConsumer`][thrust.LiteSimpleConsumer].
 
@@ -544,6 +564,8 @@ class LiteSimpleConsumer(_SyncClient):
     and `unsubscribe_lite` block until every broker answered.
     """
 
+    _async: _lite_simple.LiteSimpleConsumer
+
     @_options_of(_lite_simple.LiteSimpleConsumer.__init__)
     def __init__(self, *args: Any, **options: Any) -> None:
         self._async = _lite_simple.LiteSimpleConsumer(*args, **options)
@@ -554,19 +576,6 @@ class LiteSimpleConsumer(_SyncClient):
     def aio(self) -> _lite_simple.LiteSimpleConsumer:
         """The asyncio consumer underneath (runs on the library loop thread)."""
         return self._async
-
-    def subscribe_lite(self, lite_topic: str, offset: _lite.OffsetOption | None = None) -> None:
-        """`LiteSimpleConsumer.subscribe_lite`, blocking."""
-        self._runner.run(self._async.subscribe_lite(lite_topic, offset))
-
-    def unsubscribe_lite(self, lite_topic: str) -> None:
-        """`LiteSimpleConsumer.unsubscribe_lite`, blocking."""
-        self._runner.run(self._async.unsubscribe_lite(lite_topic))
-
-    @property
-    def lite_topics(self) -> frozenset[str]:
-        """The subscribed lite topics."""
-        return self._runner.run(_call(lambda: self._async.lite_topics))
 
     def receive(
         self, max_messages: int = 32, invisible_duration: float | None = None
