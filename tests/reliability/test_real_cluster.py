@@ -65,6 +65,17 @@ TEST_TIMEOUT = 900
 # overloaded proxy); 30 s is the bound R4 and the soak use (Java's own test allows 40 s).
 PROXY_RESTART_BOUND = 30.0
 
+# P4 after a broker restart: its messages reach a consumer only once the proxy's cached route of the topic
+# lists the broker again. Until then a receive that names it is popped from another broker (apache/rocketmq
+# proxy `ReceiveMessageActivity.ReceiveMessageQueueSelector` falls back to `selectOne`), and the proxy
+# reloads a topic's route only on an access after `topicRouteServiceCacheRefreshSeconds`, an access it
+# still answers from the old route (`TopicRouteService`: Caffeine `refreshAfterWrite`). The simple group's
+# receives alternate between the brokers and each empty one lasts the proxy's 5 s minimum long poll, so the
+# first delivery of the restarted broker's backlog comes in steps of 5 s: 0.25-20.0 s over 12 runs on
+# 6 December (traced: a receive naming broker-b 9.9 s after its restart still came back empty). 30 s, as
+# after a proxy restart.
+BROKER_RESTART_BOUND = PROXY_RESTART_BOUND
+
 # A message the proxy popped for a push consumer (auto_renew) is invisible on the broker for the proxy's
 # `defaultInvisibleTimeMills`, 60 s (apache/rocketmq ProxyConfig, ReceiveMessageActivity), and a killed
 # proxy renews nothing: what it popped in its last moment comes back 60 s after the kill. A drain after a
@@ -758,7 +769,7 @@ def test_r1_broker_b_killed_sends_move_to_broker_a_and_its_backlog_drains_after_
             up = load.heal("kill-9 broker-b")
             await load.finish()
         assert status == -9, status
-        reports = _judge(load, recovery_bound=15.0, crash=("broker-b", killed))
+        reports = _judge(load, recovery_bound=BROKER_RESTART_BOUND, crash=("broker-b", killed))
         # Failover: the sends invoked after the kill; the last one that did not succeed at once (a
         # failure, or a success slower than one request timeout) marks when sends were normal again.
         events = load.push_rec.snapshot().events
