@@ -29,6 +29,7 @@ from thrust.cluster import (
     RocketMQCluster,
     attach_from_env,
     fetch_jars,
+    process,
 )
 from thrust.cluster import tls as tls_module
 from thrust.cluster.control import ControlServer
@@ -281,3 +282,15 @@ def test_thrust_cluster_refuses_lite_where_it_cannot_run(capsys: pytest.CaptureF
     assert "5.5 or later" in capsys.readouterr().err
     assert main(["cluster", "--group", "g:lite="]) == 2
     assert "NAME[:fifo][:lite=PARENT]" in capsys.readouterr().err
+
+
+def test_listening_ports_are_picked_outside_the_ephemeral_range() -> None:
+    """The JVMs' listening ports come from below the ephemeral range, where no outgoing connection can take
+    one between the probe and the JVM's bind; a broker's block (port - 2, port + 1) is free as a whole."""
+    low, high = process._ephemeral_range()
+    for _ in range(50):
+        port = process._free_port(also=(-2, 1))
+        for p in (port - 2, port, port + 1):
+            assert 1024 < p < 65535
+            assert not low <= p <= high, (p, low, high)
+            assert process._is_free("127.0.0.1", p)

@@ -27,6 +27,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -171,12 +172,37 @@ def attach_from_env(mode: str | None = None, *, lite: bool = False) -> ClusterIn
     return None
 
 
+# Where listening ports are picked: below the kernel's ephemeral range, which the JVMs' own outgoing
+# connections (and every other process's) draw from. A port that bind(0) picked there was free when probed
+# and could be some connection's local port by the time the JVM bound it ("Address already in use", seen
+# once in about fifteen cluster starts on 6 December).
+_LISTEN_PORTS = (10000, 32767)
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
 def _free_port(host: str = "127.0.0.1", *, also: Sequence[int] = ()) -> int:
-    """A port free now on `host`, whose offsets in `also` (e.g. -2 and +1 for a broker) are free too."""
+    """A port free now on `host`, whose offsets in `also` (e.g. -2 and +1 for a broker) are free too, outside
+    the ephemeral port range where one can be found."""
+    low, high = _LISTEN_PORTS
+    ephemeral = _ephemeral_range()
     for _ in range(200):
+        port = random.randint(low, high)
+        block = [port, *(port + d for d in also)]
+        if any(p <= 1024 or p >= 65535 or ephemeral[0] <= p <= ephemeral[1] for p in block):
+            continue
+        if all(_is_free(host, p) for p in block):
+            return port
+    for _ in range(200):  # a machine whose ephemeral range covers those ports: any free block
         with socket.socket() as probe:
             probe.bind((host, 0))
-            port: int = probe.getsockname()[1]
+            port = int(probe.getsockname()[1])
         extra = [port + d for d in also]
         if any(p <= 1024 or p >= 65535 for p in extra):
             continue
