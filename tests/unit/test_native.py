@@ -20,6 +20,12 @@ from thrust.errors import ThrustError
 ENDPOINT = parse_endpoint("127.0.0.1:8081")
 
 
+def _extension() -> Any:
+    """The thrust_native module: these tests (marked `native`) fail, not skip, without it."""
+    assert native._native is not None, "thrust_native is not installed: `make native` builds it"
+    return native._native
+
+
 def test_auto_takes_the_environment_then_native_when_installed(monkeypatch: pytest.MonkeyPatch) -> None:
     config = ClientConfig("127.0.0.1:1")
     monkeypatch.delenv(native.TRANSPORT_ENV, raising=False)
@@ -99,9 +105,10 @@ _CASES = {
 }
 
 
+@pytest.mark.native
 @pytest.mark.parametrize("case", list(_CASES))
 def test_native_decoding_matches_the_python_codec(case: str) -> None:
-    thrust_native = pytest.importorskip("thrust_native")
+    thrust_native = _extension()
     message = _CASES[case]
     message.user_properties["p"] = "v"
     decoded = thrust_native.decode_for_test(native.new_hub(), message.SerializeToString(), ENDPOINT)
@@ -127,13 +134,14 @@ def test_native_decoding_matches_the_python_codec(case: str) -> None:
         decoded.body = b"changed"  # as immutable as one the Python codec built
 
 
+@pytest.mark.native
 def test_no_completion_waits_without_a_wake_up() -> None:
     """Completions pushed from several threads while the loop drains: each one is either taken by a drain
     or followed by a byte on the hub's socket, so a loop that sleeps until the socket is readable never
     sleeps on a completion (the order of `Hub::drain`; in the wrong order calls hung under load)."""
     import select
 
-    thrust_native = pytest.importorskip("thrust_native")
+    thrust_native = _extension()
     hub = native.new_hub()
     threads, per_thread = 4, 50_000
     thrust_native.push_for_test(hub, threads, per_thread)
@@ -147,6 +155,7 @@ def test_no_completion_waits_without_a_wake_up() -> None:
     assert taken == threads * per_thread
 
 
+@pytest.mark.native
 def test_the_allocator_asks_for_no_transparent_huge_pages() -> None:
     """thrust_native's allocator (mimalloc, built with its `no_thp` feature: native/Cargo.toml) must not
     `madvise(MADV_HUGEPAGE)` its arena: with it, on a host whose transparent huge pages are in `madvise`
@@ -154,7 +163,7 @@ def test_the_allocator_asks_for_no_transparent_huge_pages() -> None:
     marks such a mapping `hg` in /proc/self/smaps; this process asks for huge pages nowhere else."""
     import select
 
-    thrust_native = pytest.importorskip("thrust_native")
+    thrust_native = _extension()
     hub = native.new_hub()
     # Completions allocated on tokio's threads and freed on this one: the allocator has set up its arena.
     thrust_native.push_for_test(hub, 2, 10_000)
