@@ -144,9 +144,14 @@ class SendPlan:
         Returns the endpoints to wait for when none is ready (then call this again once one is), and an
         empty set otherwise."""
         candidates = self._candidates
+        checked = None  # the queues of a route mostly share endpoints: ask once per run of the same one
         for q in candidates:  # a plain loop: this runs on every send, and all() over a generator costs more
-            if not is_ready(q.endpoint):
+            endpoint = q.endpoint
+            if endpoint is checked:
+                continue
+            if not is_ready(endpoint):
                 break
+            checked = endpoint
         else:
             return _NONE
         ready = tuple(q for q in candidates if is_ready(q.endpoint))
@@ -165,7 +170,13 @@ class SendPlan:
             raise RuntimeError("the attempt budget is spent")
         self._attempt += 1
         queue = candidates[(self._attempt - 1) % len(candidates)]
-        single_endpoint = all(q.endpoint == queue.endpoint for q in candidates)
+        endpoint = queue.endpoint
+        single_endpoint = True
+        for q in candidates:  # a plain loop, as in prefer_ready; `is` first spares the dataclass __eq__
+            other = q.endpoint
+            if other is not endpoint and other != endpoint:
+                single_endpoint = False
+                break
         return Attempt(self._attempt, queue, single_endpoint)
 
     def on_success(self, attempt: Attempt) -> None:
