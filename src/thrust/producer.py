@@ -35,7 +35,7 @@ from thrust._core.endpoints import Endpoint
 from thrust._core.latency import LatencyRecorder, LatencySummary
 from thrust._core.linger import LingerConfig, estimate_size, lane_for, split_on_refusal
 from thrust._core.routes import QueueSelector
-from thrust._core.send import Refusal, SendPlan, end_transaction_retry_delay
+from thrust._core.send import Attempt, Refusal, SendPlan, end_transaction_retry_delay
 from thrust._core.settings import PRODUCER_RETRY_POLICY, ClientSettings
 from thrust._io.batching import LingerDriver, LingerEntry, own_error
 from thrust._io.native import resolve_transport
@@ -207,6 +207,8 @@ class Producer:
         self._window: asyncio.Semaphore | None = None
         # The send_async() sends; as many as the window allows, so at most max_in_flight.
         self._send_tasks = TaskSet(limit=max_in_flight)
+        # The sends started with no task (`_start_without_task`), until settled: close() waits for them.
+        self._pending: set[asyncio.Future[SendReceipt]] = set()
         self._selector = QueueSelector()
         self._start_task: asyncio.Task[None] | None = None
         self._closed = False
@@ -306,6 +308,10 @@ class Producer:
             # Queued batches go out now; what is not answered within the bound fails with ClientClosedError.
             await linger.close(max(0.0, timeout * 0.6))
         sends = self._send_tasks
+        if self._pending:
+            await asyncio.wait(
+                set(self._pending), timeout=max(0.0, deadline - time.monotonic() - timeout * 0.4)
+            )
         if len(sends):
             await sends.wait(deadline - time.monotonic() - timeout * 0.4)
         # Those still running at the bound are cancelled and awaited (bounded too).
@@ -353,6 +359,9 @@ class Producer:
         prepared = self._prepare([message], session, transactional=False)
         assert self._window is not None
         async with self._window:
+            started: asyncio.Future[SendReceipt] = asyncio.get_running_loop().create_future()
+            if self._start_without_task(session, prepared, started):
+                return await started  # (cancelling this cancels the future, so its call)
             receipts = await self._send_prepared(session, prepared)
         return receipts[0]
 
@@ -375,6 +384,11 @@ class Producer:
         if self._send_tasks.closed:  # close() began while this waited for a slot
             window.release()
             raise ClientClosedError("the producer is closed")
+        future: asyncio.Future[SendReceipt] = asyncio.get_running_loop().create_future()
+        if self._start_without_task(session, prepared, future):
+            self._pending.add(future)
+            future.add_done_callback(self._settled)
+            return future
         task = self._send_tasks.spawn(self._send_one(session, prepared), "thrust-send")
         task.add_done_callback(self._sent)
         return task
@@ -383,6 +397,11 @@ class Producer:
         return (await self._send_prepared(session, prepared))[0]
 
     def _sent(self, task: asyncio.Task[Any]) -> None:
+        assert self._window is not None
+        self._window.release()
+
+    def _settled(self, future: asyncio.Future[SendReceipt]) -> None:
+        self._pending.discard(future)
         assert self._window is not None
         self._window.release()
 
@@ -535,21 +554,32 @@ class Producer:
                 # message (apache/rocketmq SendMessageActivity: TRACE_CONTEXT), for consumers to link to.
                 for wire in prepared.request.messages:
                     wire.system_properties.trace_context = traceparent
-        self._sends += 1
-        self._in_flight += 1
-        started = time.monotonic()
+        started = self._send_began()
         try:
             result = await self._attempts(session, prepared, answer)
         except BaseException as exc:
-            self._in_flight -= 1
-            self._failures += 1
-            self._messages_failed += len(prepared.message_ids)
+            self._send_failed(prepared)
             if span is not None:
                 span.end(None, exc)
             raise
+        self._send_succeeded(prepared, result[0], started)
+        if span is not None:
+            span.end(result[1], None)
+        return result
+
+    def _send_began(self) -> float:
+        self._sends += 1
+        self._in_flight += 1
+        return time.monotonic()
+
+    def _send_failed(self, prepared: _Prepared) -> None:
+        self._in_flight -= 1
+        self._failures += 1
+        self._messages_failed += len(prepared.message_ids)
+
+    def _send_succeeded(self, prepared: _Prepared, outcomes: object, started: float) -> None:
         self._in_flight -= 1
         sent = len(prepared.message_ids)
-        outcomes = result[0]
         if sent > 1 and isinstance(outcomes, list):
             # A linger batch answers per message: the entries the broker refused count as failed.
             refused = sum(1 for o in outcomes if isinstance(o, ThrustError))
@@ -557,28 +587,13 @@ class Producer:
             self._messages_failed += refused
         self._messages_sent += sent
         self._latency.record(time.monotonic() - started)
-        if span is not None:
-            span.end(result[1], None)
-        return result
 
     async def _attempts(
         self, session: ClientSession, prepared: _Prepared, answer: Callable[[Any, _Prepared, str | None], _T]
     ) -> tuple[_T, Endpoint]:
         """Drive the send's `SendPlan` (thrust._core.send decides queues, retries and delays): one
         SendMessage per attempt it names, its result reported back, until a success or a final failure."""
-        policy = session.settings.retry_policy
-        route = await session.route(prepared.topic)
-        plan = SendPlan.for_send(
-            self._selector,
-            route,
-            policy,
-            session.isolation,
-            time.monotonic(),
-            message_type=prepared.message_type,
-            message_group=prepared.message_group,
-            transactional=prepared.transactional,
-            validate_message_type=session.settings.validate_message_type,
-        )
+        plan = self._plan(session, await session.route(prepared.topic), prepared)
         if plan.refusal is Refusal.NO_WRITABLE_QUEUE:
             raise errors.ForbiddenError(
                 f"topic {prepared.topic!r} has no writable queue", code=Code.FORBIDDEN
@@ -593,6 +608,29 @@ class Producer:
         if wait:
             await session.wait_any_ready(wait)
             plan.prefer_ready(session.is_ready)
+        return await self._drive(session, prepared, plan, answer)
+
+    def _plan(self, session: ClientSession, route: Any, prepared: _Prepared) -> SendPlan:
+        return SendPlan.for_send(
+            self._selector,
+            route,
+            session.settings.retry_policy,
+            session.isolation,
+            time.monotonic(),
+            message_type=prepared.message_type,
+            message_group=prepared.message_group,
+            transactional=prepared.transactional,
+            validate_message_type=session.settings.validate_message_type,
+        )
+
+    async def _drive(
+        self,
+        session: ClientSession,
+        prepared: _Prepared,
+        plan: SendPlan,
+        answer: Callable[[Any, _Prepared, str | None], _T],
+    ) -> tuple[_T, Endpoint]:
+        """The attempts of `plan` from its next one on (`_attempts`)."""
         while True:
             attempt = plan.next_attempt()
             endpoint = attempt.endpoint
@@ -609,26 +647,133 @@ class Producer:
                 plan.on_success(attempt)
                 return result, endpoint
             except ThrustError as exc:
-                delay = plan.on_failure(
-                    attempt,
-                    retriable=exc.retriable,
-                    transport=isinstance(exc, errors.ConnectionError | errors.TimeoutError),
-                    closing=self._closed,
-                    now=time.monotonic(),
-                )
+                delay = self._retry_delay(plan, attempt, exc)
                 if delay is None:
                     raise
-                if logger.isEnabledFor(logging.DEBUG):
-                    logger.debug(
-                        "send attempt %d to %s failed (%s); retrying in %.3fs",
-                        attempt.number,
-                        endpoint,
-                        exc,
-                        delay,
-                    )
-                self._retries += 1
                 if delay > 0:
                     await asyncio.sleep(delay)
+
+    def _retry_delay(self, plan: SendPlan, attempt: Attempt, exc: ThrustError) -> float | None:
+        """What `plan` says after `attempt` failed with `exc`: None when that is final, else the seconds
+        before the next attempt (counted as a retry)."""
+        delay = plan.on_failure(
+            attempt,
+            retriable=exc.retriable,
+            transport=isinstance(exc, errors.ConnectionError | errors.TimeoutError),
+            closing=self._closed,
+            now=time.monotonic(),
+        )
+        if delay is None:
+            return None
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug(
+                "send attempt %d to %s failed (%s); retrying in %.3fs",
+                attempt.number,
+                attempt.endpoint,
+                exc,
+                delay,
+            )
+        self._retries += 1
+        return delay
+
+    # -- the task-free send ----------------------------------------------------------------------
+
+    def _start_without_task(
+        self, session: ClientSession, prepared: _Prepared, future: asyncio.Future[SendReceipt]
+    ) -> bool:
+        """Start sending `prepared` (one message) with no task of its own, and settle `future` with its
+        receipt or error; False (nothing done) when the send needs to wait or to be traced: then the
+        caller spawns `_send_one`. That is the common case of `send_async` on the native transport: the
+        route cached, the first attempt's endpoint ready. A first attempt that fails is retried by a task
+        that carries the same `SendPlan` on (`_drive`); the send is counted as `_send_with_endpoint`
+        counts it."""
+        if self._instrumentation is not None:
+            return False
+        route = session.routes.get(prepared.topic)
+        if route is None:
+            return False
+        plan = self._plan(session, route, prepared)
+        if plan.refusal is not None or plan.prefer_ready(session.is_ready):
+            return False
+        attempt = plan.next_attempt()
+        started = 0.0
+        cancel_call: Callable[[], None] | None = None
+        retry: asyncio.Task[SendReceipt] | None = None
+
+        def done(response: Any, error: ThrustError | None, request_id: str | None) -> None:
+            nonlocal cancel_call, retry
+            cancel_call = None
+            if future.done():  # cancelled meanwhile (counted then)
+                return
+            try:
+                if error is None:
+                    try:
+                        receipts = self._receipts(response, prepared, request_id)
+                    except ThrustError as exc:
+                        error = exc
+                    else:
+                        plan.on_success(attempt)
+                        self._send_succeeded(prepared, receipts, started)
+                        future.set_result(receipts[0])
+                        return
+                delay = self._retry_delay(plan, attempt, error)
+                if delay is None:
+                    self._send_failed(prepared)
+                    future.set_exception(error)
+                    return
+                retry = self._send_tasks.spawn(
+                    self._retry_without_task(session, prepared, plan, delay), "thrust-send"
+                )
+                retry.add_done_callback(settle)
+            except BaseException as exc:  # never into the transport's wake-up
+                self._send_failed(prepared)
+                future.set_exception(exc)
+
+        def settle(task: asyncio.Task[SendReceipt]) -> None:
+            if future.done():
+                return
+            if task.cancelled():
+                future.cancel()
+                return
+            exc = task.exception()
+            if exc is None:
+                self._send_succeeded(prepared, [task.result()], started)
+                future.set_result(task.result())
+            else:
+                self._send_failed(prepared)
+                future.set_exception(exc)
+
+        def abandoned(f: asyncio.Future[SendReceipt]) -> None:
+            if not f.cancelled():
+                return
+            # Cancelled by its caller: the call in flight, or the task retrying it, stops.
+            if cancel_call is not None:
+                cancel_call()
+            if retry is not None:
+                retry.cancel()
+            self._send_failed(prepared)
+
+        cancel_call = session.start_call(
+            attempt.endpoint,
+            "SendMessage",
+            prepared.request,
+            done,
+            ok=OK_OR_MULTIPLE,
+            wait_for_connection=attempt.wait_for_connection,
+        )
+        if cancel_call is None:
+            return False
+        started = self._send_began()
+        future.add_done_callback(abandoned)
+        return True
+
+    async def _retry_without_task(
+        self, session: ClientSession, prepared: _Prepared, plan: SendPlan, delay: float
+    ) -> SendReceipt:
+        if delay > 0:
+            await asyncio.sleep(delay)
+        receipts, _ = await self._drive(session, prepared, plan, self._receipts)
+        return receipts[0]
 
     @staticmethod
     def _receipts(response: Any, prepared: _Prepared, request_id: str | None) -> list[SendReceipt]:

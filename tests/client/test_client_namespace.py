@@ -40,17 +40,20 @@ def _resources(message: ProtoMessage) -> list[ProtoMessage]:
 
 @pytest.fixture
 def sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any, dict[str, str]]]:
-    """(rpc, request, headers) of every unary call and every ReceiveMessage the clients make, on either
-    transport."""
+    """(rpc, request, headers) of every unary call (awaited, or started with a callback: `start_unary`)
+    and every ReceiveMessage the clients make, on either transport."""
     calls: list[tuple[str, Any, dict[str, str]]] = []
     for channel in (RpcClient, NativeRpcClient):
-        spy_unary, spy_receive = _spies(calls, channel.unary, channel.receive)
+        spy_unary, spy_start, spy_receive = _spies(calls, channel.unary, channel.start_unary, channel.receive)
         monkeypatch.setattr(channel, "unary", spy_unary)
+        monkeypatch.setattr(channel, "start_unary", spy_start)
         monkeypatch.setattr(channel, "receive", spy_receive)
     return calls
 
 
-def _spies(calls: list[tuple[str, Any, dict[str, str]]], unary: Any, receive: Any) -> tuple[Any, Any]:
+def _spies(
+    calls: list[tuple[str, Any, dict[str, str]]], unary: Any, start_unary: Any, receive: Any
+) -> tuple[Any, Any, Any]:
     def headers(client: RpcClient | NativeRpcClient) -> dict[str, str]:
         return {k: str(v) for k, v in client._metadata()}
 
@@ -58,11 +61,17 @@ def _spies(calls: list[tuple[str, Any, dict[str, str]]], unary: Any, receive: An
         calls.append((rpc, request, headers(self)))
         return await unary(self, rpc, request, *args, **kwargs)
 
+    def spy_start(self: Any, rpc: str, request: Any, *args: Any, **kwargs: Any) -> Any:
+        cancel = start_unary(self, rpc, request, *args, **kwargs)
+        if cancel is not None:  # started (else the caller awaits `unary`, which records it)
+            calls.append((rpc, request, headers(self)))
+        return cancel
+
     async def spy_receive(self: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
         calls.append(("ReceiveMessage", request, headers(self)))
         return await receive(self, request, *args, **kwargs)
 
-    return spy_unary, spy_receive
+    return spy_unary, spy_start, spy_receive
 
 
 def test_clients_with_a_namespace_round_trip_and_send_it_everywhere(

@@ -43,17 +43,26 @@ MiB = 1024 * 1024
 
 
 def _count_calls(client: thrust.Producer, rpc: str) -> list[str]:
-    """A list that gets `rpc` appended each time `client` makes that unary call (a spy on its session)."""
+    """A list that gets `rpc` appended each time `client` makes that unary call (a spy on its session:
+    calls awaited, and calls started with a callback, `start_call`)."""
     calls: list[str] = []
     session = client.session
     original = session.call
+    original_start = session.start_call
 
     async def call(endpoint: Any, name: str, *args: Any, **kwargs: Any) -> Any:
         if name == rpc:
             calls.append(name)
         return await original(endpoint, name, *args, **kwargs)
 
+    def start_call(endpoint: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+        cancel = original_start(endpoint, name, *args, **kwargs)
+        if name == rpc and cancel is not None:
+            calls.append(name)
+        return cancel
+
     session.call = call  # type: ignore[method-assign]
+    session.start_call = start_call  # type: ignore[method-assign]
     return calls
 
 

@@ -392,6 +392,13 @@ class NativeRpcClient:
         except RuntimeError as exc:  # the channel refused the call (closed, or made in a forked parent)
             hub.forget(token)
             raise ClientClosedError(f"{rpc}: {exc}", request_id=request_id) from None
+        response = self._outcome(rpc, kind, payload, request_id, ok)
+        if with_request_id:
+            return response, request_id
+        return response
+
+    def _outcome(self, rpc: str, kind: int, payload: Any, request_id: str | None, ok: frozenset[int]) -> Any:
+        """The response of a finished unary call, or the ThrustError it ended with (raised)."""
         if kind != _UNARY:
             if kind == _CANCELLED:
                 raise _channel_closed(rpc, request_id)
@@ -401,9 +408,51 @@ class NativeRpcClient:
         code = status.code
         if code not in ok:
             raise error_for_status(code, status.message, request_id=request_id)
-        if with_request_id:
-            return response, request_id
         return response
+
+    def start_unary(
+        self,
+        rpc: str,
+        request: Any,
+        timeout: float,
+        done: Callable[[Any, ThrustError | None, str | None], None],
+        ok: frozenset[int] = OK_ONLY,
+        *,
+        wait_for_connection: bool = True,
+    ) -> Callable[[], None] | None:
+        """Start unary `rpc` with no task or future of its own: `done(response, error, request_id)` is
+        called on the loop when it ends (exactly once, unless cancelled first), with the response or the
+        ThrustError `unary` would raise. Returns the call's cancel function (after it, `done` is not
+        called), or None when the client is closed (the caller then takes `unary`'s path)."""
+        if self._closed:
+            return None
+        md = self._metadata()
+        request_id = Metadata.request_id_of(md)
+        hub = self._hub
+        token = hub.token()
+
+        def finished(kind: int, payload: Any) -> None:
+            try:
+                response = self._outcome(rpc, kind, payload, request_id, ok)
+            except ThrustError as exc:
+                done(None, exc, request_id)
+            else:
+                done(response, None, request_id)
+
+        hub.subscribe(token, finished)
+        try:
+            self._channel.unary(
+                token, rpc, request.SerializeToString(), md, timeout, timeout if wait_for_connection else 0.0
+            )
+        except RuntimeError:  # the channel refused the call (closed, or made in a forked parent)
+            hub.forget(token)
+            return None
+
+        def cancel() -> None:
+            hub.forget(token)
+            self._channel.cancel(token)
+
+        return cancel
 
     async def receive(
         self,

@@ -585,6 +585,20 @@ class RpcClient:
             return response, Metadata.request_id_of(md)
         return response
 
+    def start_unary(
+        self,
+        rpc: str,
+        request: Any,
+        timeout: float,
+        done: Callable[[Any, ThrustError | None, str | None], None],
+        ok: frozenset[int] = OK_ONLY,
+        *,
+        wait_for_connection: bool = True,
+    ) -> Callable[[], None] | None:
+        """None: a grpc.aio call needs a task to drive it, so callers take `unary` (the native transport
+        starts a call with a completion callback instead: `NativeRpcClient.start_unary`)."""
+        return None
+
     async def receive(
         self,
         request: Any,

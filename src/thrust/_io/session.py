@@ -532,6 +532,63 @@ class ClientSession:
             if self._inflight == 0 and self._idle is not None:
                 self._idle.set()
 
+    def start_call(
+        self,
+        endpoint: Endpoint,
+        rpc: str,
+        request: Any,
+        done: Callable[[Any, ThrustError | None, str | None], None],
+        *,
+        ok: frozenset[int] = OK_ONLY,
+        wait_for_connection: bool = True,
+    ) -> Callable[[], None] | None:
+        """`call` with no task: start unary `rpc` on `endpoint` now and call `done(response, error,
+        request_id)` on the loop when it ends, with what `call` would return or raise (counted, and a
+        transport failure handled, as in `call`). Only where no waiting is needed: the endpoint's session
+        is ready and its transport completes calls by callback (native). Returns the call's cancel
+        function, or None when it cannot start that way (the caller awaits `call` instead)."""
+        if self._closing or not self.is_ready(endpoint):
+            return None
+        client = self.rpc(endpoint)
+
+        def finished(response: Any, error: ThrustError | None, request_id: str | None) -> None:
+            self._inflight -= 1
+            if self._inflight == 0 and self._idle is not None:
+                self._idle.set()
+            if error is None:
+                if client.transport_failures:
+                    client.transport_failures = 0
+            elif isinstance(error, errors.ConnectionError | errors.TimeoutError):
+                try:
+                    self._raise_if_closed(error)
+                except ClientClosedError as closed:
+                    error = closed
+                else:
+                    self._transport_failed(endpoint, client, error)
+            done(response, error, request_id)
+
+        cancel = client.start_unary(
+            rpc,
+            request,
+            self.settings.request_timeout,
+            finished,
+            ok,
+            wait_for_connection=wait_for_connection,
+        )
+        if cancel is None:
+            return None
+        calls = self._calls
+        calls[rpc] = calls.get(rpc, 0) + 1
+        self._inflight += 1
+
+        def cancelled() -> None:
+            cancel()
+            self._inflight -= 1
+            if self._inflight == 0 and self._idle is not None:
+                self._idle.set()
+
+        return cancelled
+
     async def receive(
         self,
         endpoint: Endpoint,
