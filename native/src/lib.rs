@@ -130,15 +130,12 @@ impl Failure {
         // ("connection closed": with TLS 1.3 a server that refuses the client's certificate does so after
         // the client finished its handshake, so the first call meets the close); gRPC core reports that
         // as UNAVAILABLE too. Only a CANCELLED the server sent (RST_STREAM CANCEL) stays CANCELLED.
-        let code = match status.code() {
-            Code::Unknown if std::error::Error::source(status).is_some() => Code::Unavailable,
-            Code::Cancelled
-                if std::error::Error::source(status).is_some() && !is_remote_reset(status) =>
-            {
-                Code::Unavailable
-            }
-            code => code,
-        };
+        let transport = std::error::Error::source(status).is_some();
+        let code = reported_code(
+            status.code(),
+            transport,
+            transport && is_remote_reset(status),
+        );
         Failure {
             code: code as i32,
             message: describe(status),
@@ -892,6 +889,16 @@ fn is_connect_error(status: &Status) -> bool {
     false
 }
 
+/// The code reported for a status of `code`; `transport`: tonic made it from a transport error (it has a
+/// source), `remote_reset`: that error is a stream reset the server sent (`Failure::from_status`).
+fn reported_code(code: Code, transport: bool, remote_reset: bool) -> Code {
+    match code {
+        Code::Unknown if transport => Code::Unavailable,
+        Code::Cancelled if transport && !remote_reset => Code::Unavailable,
+        code => code,
+    }
+}
+
 /// Whether the HTTP/2 error under `status` is a stream reset the peer sent (not a closed connection).
 fn is_remote_reset(status: &Status) -> bool {
     let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
@@ -1603,6 +1610,13 @@ fn decode_for_test<'py>(
     hub.build(py, decode_message(parsed), &endpoint)
 }
 
+/// `reported_code` for the test of its table (`tests/unit/test_native.py`): the gRPC code reported for a
+/// status of gRPC code `code`.
+#[pyfunction]
+fn reported_code_for_test(code: i32, transport: bool, remote_reset: bool) -> i32 {
+    reported_code(Code::from_i32(code), transport, remote_reset) as i32
+}
+
 /// Push `per_thread` empty Telemetry items from each of `threads` new threads, as fast as they can, for
 /// the test that no wake-up is lost while the loop drains (`tests/unit/test_native.py`).
 #[pyfunction]
@@ -1627,6 +1641,7 @@ fn thrust_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<TelemetryWriter>()?;
     m.add_function(wrap_pyfunction!(decode_for_test, m)?)?;
     m.add_function(wrap_pyfunction!(push_for_test, m)?)?;
+    m.add_function(wrap_pyfunction!(reported_code_for_test, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

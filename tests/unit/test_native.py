@@ -174,3 +174,32 @@ def test_the_allocator_asks_for_no_transparent_huge_pages() -> None:
     with open("/proc/self/smaps") as smaps:
         advised = [line for line in smaps if line.startswith("VmFlags:") and " hg" in line]
     assert advised == []
+
+
+# gRPC status codes (grpc.StatusCode's numbers): tonic's Code and gRPC core share them.
+CANCELLED, UNKNOWN, DEADLINE_EXCEEDED, UNAVAILABLE = 1, 2, 4, 14
+
+
+@pytest.mark.native
+@pytest.mark.parametrize(
+    ("code", "transport", "remote_reset", "reported"),
+    [
+        # tonic's words for a connection error it could not classify: gRPC core says UNAVAILABLE.
+        (UNKNOWN, True, False, UNAVAILABLE),
+        (UNKNOWN, False, False, UNKNOWN),  # the server's own UNKNOWN stays
+        # A call queued on a connection the server closed ("operation was canceled: connection closed"):
+        # gRPC core reports UNAVAILABLE, a retriable ConnectionError.
+        (CANCELLED, True, False, UNAVAILABLE),
+        (CANCELLED, True, True, CANCELLED),  # a stream the server reset with CANCEL
+        (CANCELLED, False, False, CANCELLED),  # a status the server sent
+        (DEADLINE_EXCEEDED, True, False, DEADLINE_EXCEEDED),
+        (UNAVAILABLE, True, False, UNAVAILABLE),
+    ],
+)
+def test_transport_failures_are_reported_with_grpc_cores_codes(
+    code: int, transport: bool, remote_reset: bool, reported: int
+) -> None:
+    """The code the extension reports for a failed call (native/src/lib.rs, `reported_code`). Which
+    variant a real closed connection produces depends on timing
+    (tests/client/test_client_connection_closed.py meets them as they come); this table holds each."""
+    assert _extension().reported_code_for_test(code, transport, remote_reset) == reported
