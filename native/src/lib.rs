@@ -21,7 +21,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream;
 use std::pin::Pin;
 use std::str::FromStr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -76,8 +76,34 @@ fn worker_threads() -> usize {
         .unwrap_or(1)
 }
 
-fn runtime() -> PyResult<Arc<Runtime>> {
+/// This process's id, kept so that the per-call fork check costs no system call (getpid is one: glibc
+/// caches it no more); 0 until first asked, and again in a forked child (`forget_pid`, run by fork).
+static PID: AtomicU32 = AtomicU32::new(0);
+static AT_FORK: std::sync::Once = std::sync::Once::new();
+
+extern "C" fn forget_pid() {
+    // Runs in the child right after fork(): only an atomic store, which is async-signal-safe.
+    PID.store(0, Ordering::Relaxed);
+}
+
+fn process_id() -> u32 {
+    let pid = PID.load(Ordering::Relaxed);
+    if pid != 0 {
+        return pid;
+    }
+    AT_FORK.call_once(|| {
+        // SAFETY: the handler only stores to an atomic. (pthread_atfork fails only without memory.)
+        unsafe {
+            libc::pthread_atfork(None, None, Some(forget_pid));
+        }
+    });
     let pid = std::process::id();
+    PID.store(pid, Ordering::Relaxed);
+    pid
+}
+
+fn runtime() -> PyResult<Arc<Runtime>> {
+    let pid = process_id();
     let mut guard = RUNTIME.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(current) = guard.as_ref() {
         if current.pid == pid {
@@ -104,7 +130,7 @@ fn runtime() -> PyResult<Arc<Runtime>> {
 }
 
 fn check_same_process(pid: u32, what: &str) -> PyResult<()> {
-    if pid != std::process::id() {
+    if pid != process_id() {
         return Err(PyRuntimeError::new_err(format!(
             "this {what} was created in the parent of this forked process and cannot be used here: \
              create a new client in the child"
@@ -269,7 +295,7 @@ impl Hub {
         writer.set_nonblocking(true)?;
         Ok(Hub {
             shared: Arc::new(HubShared {
-                pid: std::process::id(),
+                pid: process_id(),
                 queue: Mutex::new(Vec::new()),
                 notified: AtomicBool::new(false),
                 closed: AtomicBool::new(false),
@@ -1212,7 +1238,7 @@ impl Channel {
                 repeated: AtomicU64::new(0),
             }),
             runtime,
-            pid: std::process::id(),
+            pid: process_id(),
         })
     }
 
@@ -1526,7 +1552,7 @@ impl Channel {
     /// Refuse new calls and cancel those in flight after `grace` seconds (at once for None); idempotent.
     #[pyo3(signature = (grace=None))]
     fn close(&self, grace: Option<f64>) {
-        if self.shared.closed.swap(true, Ordering::AcqRel) || self.pid != std::process::id() {
+        if self.shared.closed.swap(true, Ordering::AcqRel) || self.pid != process_id() {
             return;
         }
         let shared = self.shared.clone();
