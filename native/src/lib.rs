@@ -724,11 +724,64 @@ impl Codec for WireCodec<pb::ReceiveMessageResponse> {
 // -- connecting ----------------------------------------------------------------------------------------------
 
 /// Connects to the endpoint's addresses in order, the first that answers (gRPC's pick_first); a `dns:`
-/// endpoint is resolved at each connection.
+/// endpoint is resolved at each connection. Attempts are paced per channel (`ConnectPace`).
 #[derive(Clone)]
 struct Connector {
     addresses: Arc<Vec<(String, u16)>>,
     resolve: bool,
+    pace: Arc<Mutex<ConnectPace>>,
+}
+
+/// One channel's connection attempts. After a failed attempt the next one waits out a capped exponential
+/// backoff (`backoff`: 50 ms doubling to 1 s, the pace of a call's own retries), and a connection asked
+/// for meanwhile fails at once with the last attempt's error, without touching the network, as a gRPC
+/// core channel in TRANSIENT_FAILURE fails calls. tonic's `Reconnect` connects again for every call after
+/// a failed attempt, so without this each waiting call made attempts of its own: a producer with 128
+/// sends waiting on a server that is down opened about 128 connections per round of retries.
+#[derive(Default)]
+struct ConnectPace {
+    /// Connection attempts made (`Channel.connects_attempted`).
+    attempts: u64,
+    /// Consecutive failed attempts; 0 after a connection is made.
+    failures: u32,
+    not_before: Option<Instant>,
+    last_error: Option<(std::io::ErrorKind, String)>,
+}
+
+impl ConnectPace {
+    /// Ok (and counted) when an attempt may start now, else the error the asking call gets.
+    fn begin(&mut self) -> std::io::Result<()> {
+        if let (Some(not_before), Some((kind, text))) = (self.not_before, &self.last_error) {
+            let now = Instant::now();
+            if now < not_before {
+                return Err(std::io::Error::new(
+                    *kind,
+                    format!(
+                        "{text} (not connecting again for {} ms after {} failed attempts)",
+                        (not_before - now).as_millis(),
+                        self.failures
+                    ),
+                ));
+            }
+        }
+        self.attempts += 1;
+        Ok(())
+    }
+
+    fn ended(&mut self, outcome: Result<(), &std::io::Error>) {
+        match outcome {
+            Ok(()) => {
+                self.failures = 0;
+                self.not_before = None;
+                self.last_error = None;
+            }
+            Err(e) => {
+                self.not_before = Some(Instant::now() + backoff(self.failures));
+                self.failures = self.failures.saturating_add(1);
+                self.last_error = Some((e.kind(), e.to_string()));
+            }
+        }
+    }
 }
 
 impl tower_service::Service<Uri> for Connector {
@@ -742,41 +795,56 @@ impl tower_service::Service<Uri> for Connector {
     }
 
     fn call(&mut self, _uri: Uri) -> Self::Future {
-        let addresses = self.addresses.clone();
-        let resolve = self.resolve;
+        let pace = self.pace.clone();
+        let began = pace.lock().unwrap_or_else(|e| e.into_inner()).begin();
+        let connect = Self::connect(self.addresses.clone(), self.resolve);
         Box::pin(async move {
-            let mut last =
-                std::io::Error::new(std::io::ErrorKind::NotFound, "no address to connect to");
-            for (host, port) in addresses.iter() {
-                let targets: Vec<SocketAddr> = if resolve {
-                    match tokio::net::lookup_host((host.as_str(), *port)).await {
-                        Ok(found) => found.collect(),
-                        Err(e) => {
-                            last = e;
-                            continue;
-                        }
-                    }
-                } else {
-                    match (host.as_str(), *port).to_socket_addrs() {
-                        Ok(found) => found.collect(),
-                        Err(e) => {
-                            last = e;
-                            continue;
-                        }
-                    }
-                };
-                for target in targets {
-                    match tokio::net::TcpStream::connect(target).await {
-                        Ok(stream) => {
-                            let _ = stream.set_nodelay(true);
-                            return Ok(hyper_util::rt::TokioIo::new(Coalesced::new(stream)));
-                        }
-                        Err(e) => last = e,
+            began?;
+            let result = connect.await;
+            pace.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .ended(result.as_ref().map(|_| ()));
+            result
+        })
+    }
+}
+
+impl Connector {
+    async fn connect(
+        addresses: Arc<Vec<(String, u16)>>,
+        resolve: bool,
+    ) -> std::io::Result<hyper_util::rt::TokioIo<Coalesced>> {
+        let mut last =
+            std::io::Error::new(std::io::ErrorKind::NotFound, "no address to connect to");
+        for (host, port) in addresses.iter() {
+            let targets: Vec<SocketAddr> = if resolve {
+                match tokio::net::lookup_host((host.as_str(), *port)).await {
+                    Ok(found) => found.collect(),
+                    Err(e) => {
+                        last = e;
+                        continue;
                     }
                 }
+            } else {
+                match (host.as_str(), *port).to_socket_addrs() {
+                    Ok(found) => found.collect(),
+                    Err(e) => {
+                        last = e;
+                        continue;
+                    }
+                }
+            };
+            for target in targets {
+                match tokio::net::TcpStream::connect(target).await {
+                    Ok(stream) => {
+                        let _ = stream.set_nodelay(true);
+                        return Ok(hyper_util::rt::TokioIo::new(Coalesced::new(stream)));
+                    }
+                    Err(e) => last = e,
+                }
             }
-            Err(last)
-        })
+        }
+        Err(last)
     }
 }
 
@@ -804,6 +872,15 @@ impl Coalesced {
             written: 0,
             yielded: false,
         }
+    }
+
+    /// Ready(Ok) once more output may be kept: at once below `COALESCE_LIMIT`, else when what is
+    /// pending is in the socket (every write, plain or vectored, passes here first).
+    fn poll_room(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        if self.buf.len() - self.written < COALESCE_LIMIT {
+            return Poll::Ready(Ok(()));
+        }
+        self.poll_out(cx)
     }
 
     /// Write out what is pending; Ready(Ok) once all of it is in the socket.
@@ -841,13 +918,7 @@ impl tokio::io::AsyncWrite for Coalesced {
         cx: &mut Context<'_>,
         data: &[u8],
     ) -> Poll<std::io::Result<usize>> {
-        if self.buf.len() - self.written >= COALESCE_LIMIT {
-            match self.poll_out(cx) {
-                Poll::Ready(Ok(())) => {}
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                Poll::Pending => return Poll::Pending,
-            }
-        }
+        std::task::ready!(self.poll_room(cx))?;
         self.buf.extend_from_slice(data);
         Poll::Ready(Ok(data.len()))
     }
@@ -857,13 +928,7 @@ impl tokio::io::AsyncWrite for Coalesced {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        if self.buf.len() - self.written >= COALESCE_LIMIT {
-            match self.poll_out(cx) {
-                Poll::Ready(Ok(())) => {}
-                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                Poll::Pending => return Poll::Pending,
-            }
-        }
+        std::task::ready!(self.poll_room(cx))?;
         let mut n = 0;
         for b in bufs {
             self.buf.extend_from_slice(b);
@@ -1055,6 +1120,7 @@ struct ChannelShared {
     no_repeat: Mutex<HashSet<u64>>,
     /// Empty long polls that a receive renewed on its own (`Channel.receives_repeated`).
     repeated: AtomicU64,
+    pace: Arc<Mutex<ConnectPace>>,
 }
 
 impl ChannelShared {
@@ -1218,9 +1284,11 @@ impl Channel {
             .map_err(|e| PyValueError::new_err(format!("TLS configuration refused: {e}")))?;
         }
         let runtime = hub.runtime.clone();
+        let pace = Arc::new(Mutex::new(ConnectPace::default()));
         let connector = Connector {
             addresses: Arc::new(addresses),
             resolve,
+            pace: pace.clone(),
         };
         let channel = {
             let _guard = runtime.enter();
@@ -1236,6 +1304,7 @@ impl Channel {
                 started: AtomicU64::new(0),
                 no_repeat: Mutex::new(HashSet::new()),
                 repeated: AtomicU64::new(0),
+                pace,
             }),
             runtime,
             pid: process_id(),
@@ -1251,6 +1320,15 @@ impl Channel {
     /// How many calls this channel started (diagnostics and tests).
     fn calls_started(&self) -> u64 {
         self.shared.started.load(Ordering::Relaxed)
+    }
+
+    /// How many connections this channel tried to make (`ConnectPace`; diagnostics and tests).
+    fn connects_attempted(&self) -> u64 {
+        self.shared
+            .pace
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .attempts
     }
 
     /// How many empty long polls receives renewed on their own (`receive(..., repeat_for)`): ReceiveMessage

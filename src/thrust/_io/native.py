@@ -345,6 +345,12 @@ class NativeRpcClient:
         return int(self._channel.calls_started())
 
     @property
+    def connects_attempted(self) -> int:
+        """How many connections this channel tried to make: paced by the channel, one per step of its
+        backoff while the server cannot be reached, however many calls wait (diagnostics and tests)."""
+        return int(self._channel.connects_attempted())
+
+    @property
     def receives_repeated(self) -> int:
         """Empty long polls that receives renewed on their own (`Renewal`): calls `calls_started` misses."""
         return int(self._channel.receives_repeated())
