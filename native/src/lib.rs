@@ -721,6 +721,85 @@ impl Codec for WireCodec<pb::ReceiveMessageResponse> {
     }
 }
 
+// -- request bodies ---------------------------------------------------------------------------------------
+
+/// The channel, with every request body wrapped in `EndsWithLast`.
+#[derive(Clone)]
+struct EndsEarly(tonic::transport::Channel);
+
+impl tower_service::Service<http::Request<tonic::body::Body>> for EndsEarly {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = tonic::transport::Error;
+    type Future = tonic::transport::channel::ResponseFuture;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        tower_service::Service::poll_ready(&mut self.0, cx)
+    }
+
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        self.0
+            .call(request.map(|body| tonic::body::Body::new(EndsWithLast::new(body))))
+    }
+}
+
+/// A request body that looks one frame ahead, so that it says it has ended together with its last DATA
+/// frame. tonic's request body learns that its message stream ended only when polled again, so hyper sent
+/// every unary call as HEADERS, DATA and an empty DATA frame with END_STREAM: a third frame per call that
+/// the server reads and handles on its own (gRPC core and grpc-java end the stream on the message's DATA
+/// frame; counted with a relay that parses the frames, docs/architecture.md "The native transport").
+struct EndsWithLast {
+    inner: tonic::body::Body,
+    /// What the look-ahead found: the next frame, or the error the body ended with.
+    next: Option<Result<http_body::Frame<Bytes>, Status>>,
+    ended: bool,
+}
+
+impl EndsWithLast {
+    fn new(inner: tonic::body::Body) -> Self {
+        EndsWithLast {
+            inner,
+            next: None,
+            ended: false,
+        }
+    }
+}
+
+impl http_body::Body for EndsWithLast {
+    type Data = Bytes;
+    type Error = Status;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Status>>> {
+        let this = &mut *self;
+        let frame = match this.next.take() {
+            Some(found) => found,
+            None if this.ended => return Poll::Ready(None),
+            None => match std::task::ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
+                Some(found) => found,
+                None => {
+                    this.ended = true;
+                    return Poll::Ready(None);
+                }
+            },
+        };
+        if frame.is_ok() && !this.ended {
+            // Look ahead. Pending leaves the waker registered: the caller is woken for what comes next.
+            match Pin::new(&mut this.inner).poll_frame(cx) {
+                Poll::Ready(None) => this.ended = true,
+                Poll::Ready(Some(found)) => this.next = Some(found),
+                Poll::Pending => {}
+            }
+        }
+        Poll::Ready(Some(frame))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.next.is_none() && (self.ended || self.inner.is_end_stream())
+    }
+}
+
 // -- connecting ----------------------------------------------------------------------------------------------
 
 /// Connects to the endpoint's addresses in order, the first that answers (gRPC's pick_first); a `dns:`
@@ -1124,8 +1203,8 @@ struct ChannelShared {
 }
 
 impl ChannelShared {
-    fn grpc(&self) -> tonic::client::Grpc<tonic::transport::Channel> {
-        tonic::client::Grpc::new(self.channel.clone())
+    fn grpc(&self) -> tonic::client::Grpc<EndsEarly> {
+        tonic::client::Grpc::new(EndsEarly(self.channel.clone()))
             .max_decoding_message_size(usize::MAX)
             .max_encoding_message_size(usize::MAX)
     }
