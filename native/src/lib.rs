@@ -1447,48 +1447,59 @@ impl Channel {
         self.check_open()?;
         let path = path_of(rpc)?;
         let md = metadata_map(metadata)?;
-        let request = Bytes::copy_from_slice(request);
-        let shared = self.shared.clone();
-        let timeout = Duration::from_secs_f64(timeout.max(0.0));
-        let budget = Duration::from_secs_f64(connect_budget.max(0.0));
-        self.spawn(token, async move {
-            let started = Instant::now();
-            let deadline = started + timeout;
-            let mut attempt = 0;
-            let result = loop {
-                let mut grpc = shared.grpc();
-                let mut req =
-                    tonic::Request::from_parts(md.clone(), Default::default(), request.clone());
-                req.set_timeout(deadline.saturating_duration_since(Instant::now()));
-                let call = async {
-                    grpc.ready()
-                        .await
-                        .map_err(|e| Status::unavailable(e.to_string()))?;
-                    grpc.unary(req, path.clone(), WireCodec::<Bytes>::default())
-                        .await
-                };
-                match tokio::time::timeout_at(deadline, call).await {
-                    Err(_) => break Err(Failure::deadline()),
-                    Ok(Ok(response)) => {
-                        shared.reached(&Ok(()));
-                        break Ok(response.into_inner());
-                    }
-                    Ok(Err(status)) => {
-                        shared.reached(&Err(&status));
-                        if is_connect_error(&status)
-                            && pause_before_retry(started, budget, attempt).await
-                        {
-                            attempt += 1;
-                            continue;
-                        }
-                        break Err(Failure::from_status(&status));
-                    }
-                }
-            };
-            shared.finished(token);
-            shared.hub.push(Done::Unary { token, result });
-        });
+        let mut calls = self.shared.calls.lock().unwrap_or_else(|e| e.into_inner());
+        self.start_unary(
+            &mut calls,
+            token,
+            path,
+            md,
+            Bytes::copy_from_slice(request),
+            timeout,
+            connect_budget,
+        );
         Ok(())
+    }
+
+    /// Start several unary calls at once, each `(token, rpc, request, metadata, timeout, connect_budget)`
+    /// as for `unary`: what the event loop started during one of its iterations. Handing them over
+    /// together lets the tokio worker find them all when it wakes, so that the connection writes their
+    /// frames together, instead of waking (and writing) once per call. A call whose rpc or metadata is
+    /// invalid fails alone, through the hub (INVALID_ARGUMENT), as every call's outcome does.
+    #[allow(clippy::type_complexity)]
+    fn unary_many(
+        &self,
+        calls: Vec<(u64, String, Vec<u8>, Vec<(String, String)>, f64, f64)>,
+    ) -> PyResult<()> {
+        self.check_open()?;
+        let mut running = self.shared.calls.lock().unwrap_or_else(|e| e.into_inner());
+        for (token, rpc, request, metadata, timeout, budget) in calls {
+            match path_of(&rpc).and_then(|path| Ok((path, metadata_map(metadata)?))) {
+                Ok((path, md)) => self.start_unary(
+                    &mut running,
+                    token,
+                    path,
+                    md,
+                    Bytes::from(request),
+                    timeout,
+                    budget,
+                ),
+                Err(e) => self.shared.hub.push(Done::Unary {
+                    token,
+                    result: Err(Failure {
+                        code: Code::InvalidArgument as i32,
+                        message: e.to_string(),
+                        connect: false,
+                    }),
+                }),
+            }
+        }
+        Ok(())
+    }
+
+    /// Raise what `unary` would raise for a channel that cannot take calls (closed, or made in the parent
+    /// of this forked process); nothing otherwise.
+    fn ensure_open(&self) -> PyResult<()> {
+        self.check_open()
     }
 
     /// Start one ReceiveMessage; it completes (through the hub) when the stream ends, with every message
@@ -1734,6 +1745,63 @@ impl Channel {
 }
 
 impl Channel {
+    /// Start one unary call (`unary`, `unary_many`), with `calls` (the channel's running calls) locked.
+    #[allow(clippy::too_many_arguments)]
+    fn start_unary(
+        &self,
+        calls: &mut HashMap<u64, AbortHandle>,
+        token: u64,
+        path: PathAndQuery,
+        md: MetadataMap,
+        request: Bytes,
+        timeout: f64,
+        connect_budget: f64,
+    ) {
+        let shared = self.shared.clone();
+        let timeout = Duration::from_secs_f64(timeout.max(0.0));
+        let budget = Duration::from_secs_f64(connect_budget.max(0.0));
+        self.shared.started.fetch_add(1, Ordering::Relaxed);
+        // `calls` is locked: the entry goes in before the task can finish and remove it.
+        let handle = self.runtime.spawn(async move {
+            let started = Instant::now();
+            let deadline = started + timeout;
+            let mut attempt = 0;
+            let result = loop {
+                let mut grpc = shared.grpc();
+                let mut req =
+                    tonic::Request::from_parts(md.clone(), Default::default(), request.clone());
+                req.set_timeout(deadline.saturating_duration_since(Instant::now()));
+                let call = async {
+                    grpc.ready()
+                        .await
+                        .map_err(|e| Status::unavailable(e.to_string()))?;
+                    grpc.unary(req, path.clone(), WireCodec::<Bytes>::default())
+                        .await
+                };
+                match tokio::time::timeout_at(deadline, call).await {
+                    Err(_) => break Err(Failure::deadline()),
+                    Ok(Ok(response)) => {
+                        shared.reached(&Ok(()));
+                        break Ok(response.into_inner());
+                    }
+                    Ok(Err(status)) => {
+                        shared.reached(&Err(&status));
+                        if is_connect_error(&status)
+                            && pause_before_retry(started, budget, attempt).await
+                        {
+                            attempt += 1;
+                            continue;
+                        }
+                        break Err(Failure::from_status(&status));
+                    }
+                }
+            };
+            shared.finished(token);
+            shared.hub.push(Done::Unary { token, result });
+        });
+        calls.insert(token, handle.abort_handle());
+    }
+
     fn check_open(&self) -> PyResult<()> {
         check_same_process(self.pid, "client")?;
         if self.shared.closed.load(Ordering::Acquire) {

@@ -173,6 +173,27 @@ class NativeHub:
     def token(self) -> int:
         return self._next()
 
+    def waits_for(self, token: int) -> bool:
+        """Whether a call or stream of `token` is still expected (not forgotten, not finished)."""
+        return token in self._waiters
+
+    def call_soon(self, callback: Callable[[], None]) -> None:
+        """Run `callback` on the loop after the callbacks already scheduled."""
+        self._loop.call_soon(callback)
+
+    def cancelled(self, tokens: list[int]) -> None:
+        """The calls of `tokens` end as cancelled by their channel's close, as the channel reports them."""
+        waiters = self._waiters
+        for token in tokens:
+            waiter = waiters.pop(token, None)
+            if waiter is None:
+                continue
+            if isinstance(waiter, asyncio.Future):
+                if not waiter.done():
+                    waiter.set_result((_CANCELLED, None))
+            else:
+                waiter(_CANCELLED, None)
+
     def _wake(self) -> None:
         waiters = self._waiters
         for token, kind, payload in self._hub.drain():
@@ -196,14 +217,7 @@ class NativeHub:
             self._loop.remove_reader(self._fd)
         self._fd = None
         self._hub.close()
-        waiters = list(self._waiters.values())
-        self._waiters.clear()
-        for waiter in waiters:
-            if isinstance(waiter, asyncio.Future):
-                if not waiter.done():
-                    waiter.set_result((_CANCELLED, None))
-            else:
-                waiter(_CANCELLED, None)
+        self.cancelled(list(self._waiters))
 
 
 class NativeTelemetryCall:
@@ -304,6 +318,7 @@ class NativeRpcClient:
         "_closed",
         "_hub",
         "_metadata",
+        "_queued",
         "_receives",
         "_receives_cancelled",
         "endpoint",
@@ -319,6 +334,9 @@ class NativeRpcClient:
         self._closed = False
         self._receives: dict[int, asyncio.Future[tuple[int, Any]]] = {}
         self._receives_cancelled = False
+        # Unary calls started during this iteration of the loop, handed to the channel together at its
+        # end (`_start`, `_flush`).
+        self._queued: list[tuple[int, str, bytes, tuple[tuple[str, str], ...], float, float]] = []
         tls_config = config.tls
         tls: tuple[bytes | None, bytes | None, bytes | None, str | None] | None = None
         if tls_config is not None:
@@ -385,7 +403,7 @@ class NativeRpcClient:
         token = hub.token()
         future = hub.expect(token)
         try:
-            self._channel.unary(
+            self._start(
                 token, rpc, request.SerializeToString(), md, timeout, timeout if wait_for_connection else 0.0
             )
             kind, payload = await future
@@ -402,6 +420,41 @@ class NativeRpcClient:
         if with_request_id:
             return response, request_id
         return response
+
+    def _start(
+        self,
+        token: int,
+        rpc: str,
+        data: bytes,
+        md: tuple[tuple[str, str], ...],
+        timeout: float,
+        connect_budget: float,
+    ) -> None:
+        """Start unary call `token` (its completion comes through the hub) at the end of this iteration of
+        the loop, together with every other call started in it (`Channel.unary_many`): the tokio worker
+        then wakes once for them and the connection writes their frames together, instead of once per
+        call (docs/architecture.md, "The native transport"). Raises RuntimeError, as `Channel.unary`
+        does, when the channel takes no calls (closed, or made in the parent of this forked process)."""
+        queued = self._queued
+        if not queued:
+            self._channel.ensure_open()
+            self._hub.call_soon(self._flush)
+        queued.append((token, rpc, data, md, timeout, connect_budget))
+
+    def _flush(self) -> None:
+        """Hand the queued calls to the channel, but those cancelled meanwhile (`NativeHub.forget`)."""
+        queued = self._queued
+        if not queued:
+            return
+        self._queued = []
+        hub = self._hub
+        calls = [call for call in queued if hub.waits_for(call[0])]
+        if not calls:
+            return
+        try:
+            self._channel.unary_many(calls)
+        except RuntimeError:  # closed since they were queued: as for calls in flight at close
+            hub.cancelled([call[0] for call in calls])
 
     def _outcome(self, rpc: str, kind: int, payload: Any, request_id: str | None, ok: frozenset[int]) -> Any:
         """The response of a finished unary call, or the ThrustError it ended with (raised)."""
@@ -447,7 +500,7 @@ class NativeRpcClient:
 
         hub.subscribe(token, finished)
         try:
-            self._channel.unary(
+            self._start(
                 token, rpc, request.SerializeToString(), md, timeout, timeout if wait_for_connection else 0.0
             )
         except RuntimeError:  # the channel refused the call (closed, or made in a forked parent)
@@ -586,6 +639,7 @@ class NativeRpcClient:
         if self._closed:
             return
         self._closed = True
+        self._flush()  # calls queued in this iteration are in flight: the close treats them so
         self._channel.close(grace)
 
 
