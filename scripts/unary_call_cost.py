@@ -1,9 +1,10 @@
-"""What one `thrust_native.Channel.unary` call costs the calling (event loop's) thread.
+"""What one unary call costs the calling (event loop's) thread in `thrust_native.Channel.unary_many`.
 
 Starts `thrust serve` in a child process, then starts SendMessage calls through one native channel in
-bursts of 64 and measures the calling thread's own CPU time (`time.thread_time`) around the `unary` calls
-only: converting the request and its headers, spawning the call's task and waking the tokio worker. The
-completions are awaited outside the measured part. It runs the bursts with the client's real headers and
+bursts of 64, one `unary_many` per burst as `NativeRpcClient` hands over what one loop iteration started,
+and measures the calling thread's own CPU time (`time.thread_time`) around that call only: converting the
+requests and their headers, spawning the calls' tasks and waking the tokio worker. The completions are
+awaited outside the measured part. It runs the bursts with the client's real headers and
 with the request id alone, alternating, so the difference is what converting the headers costs. (Wall
 time, which cProfile reports, also counts the time this thread is descheduled while it wakes tokio.)
 
@@ -47,9 +48,11 @@ async def _measure(endpoint: str, calls: int) -> dict[str, float]:
                 headers = [(md[-1],) for md in headers]
             tokens = [hub.token() for _ in range(BURST)]
             futures = [hub.expect(token) for token in tokens]
+            calls = [
+                (token, "SendMessage", data, md, 5.0, 5.0) for token, md in zip(tokens, headers, strict=True)
+            ]
             before = time.thread_time()
-            for token, md in zip(tokens, headers, strict=True):
-                channel.unary(token, "SendMessage", data, md, 5.0, 5.0)
+            channel.unary_many(calls)
             spent[kind] += time.thread_time() - before
             counted[kind] += BURST
             await asyncio.gather(*futures)
@@ -79,7 +82,7 @@ def main() -> None:
         server.terminate()
         server.wait()
     for kind, micros in result.items():
-        print(f"{kind}: {micros:.2f} us of the calling thread's CPU per Channel.unary call")
+        print(f"{kind}: {micros:.2f} us of the calling thread's CPU per call")
 
 
 if __name__ == "__main__":

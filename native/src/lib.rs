@@ -156,12 +156,19 @@ impl Failure {
         // ("connection closed": with TLS 1.3 a server that refuses the client's certificate does so after
         // the client finished its handshake, so the first call meets the close); gRPC core reports that
         // as UNAVAILABLE too. Only a CANCELLED the server sent (RST_STREAM CANCEL) stays CANCELLED.
+        // tonic's own deadline (the request's grpc-timeout) ends a call CANCELLED "Timeout expired", with
+        // a transport error as its source: gRPC core reports DEADLINE_EXCEEDED, as `deadline` does.
         let transport = std::error::Error::source(status).is_some();
+        let timed_out = transport && has_source::<tonic::TimeoutExpired>(status);
         let code = reported_code(
             status.code(),
             transport,
             transport && is_remote_reset(status),
+            timed_out,
         );
+        if timed_out {
+            return Failure::deadline();
+        }
         Failure {
             code: code as i32,
             message: describe(status),
@@ -1049,24 +1056,31 @@ impl tokio::io::AsyncWrite for Coalesced {
 }
 
 fn is_connect_error(status: &Status) -> bool {
+    has_source::<tonic::ConnectError>(status)
+}
+
+/// The code reported for a status of `code`; `transport`: tonic made it from a transport error (it has a
+/// source), `remote_reset`: that error is a stream reset the server sent, `timed_out`: tonic's deadline
+/// ended the call (`Failure::from_status`).
+fn reported_code(code: Code, transport: bool, remote_reset: bool, timed_out: bool) -> Code {
+    match code {
+        _ if timed_out => Code::DeadlineExceeded,
+        Code::Unknown if transport => Code::Unavailable,
+        Code::Cancelled if transport && !remote_reset => Code::Unavailable,
+        code => code,
+    }
+}
+
+/// Whether an error of type `E` is among the causes of `status`.
+fn has_source<E: std::error::Error + 'static>(status: &Status) -> bool {
     let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
     while let Some(err) = source {
-        if err.is::<tonic::ConnectError>() {
+        if err.is::<E>() {
             return true;
         }
         source = err.source();
     }
     false
-}
-
-/// The code reported for a status of `code`; `transport`: tonic made it from a transport error (it has a
-/// source), `remote_reset`: that error is a stream reset the server sent (`Failure::from_status`).
-fn reported_code(code: Code, transport: bool, remote_reset: bool) -> Code {
-    match code {
-        Code::Unknown if transport => Code::Unavailable,
-        Code::Cancelled if transport && !remote_reset => Code::Unavailable,
-        code => code,
-    }
 }
 
 /// Whether the HTTP/2 error under `status` is a stream reset the peer sent (not a closed connection).
@@ -1433,38 +1447,13 @@ impl Channel {
         }
     }
 
-    /// Start unary `rpc`; its completion comes through the hub under `token`. The call first waits up to
-    /// `connect_budget` seconds for a connection, and the whole takes at most `timeout` seconds.
-    fn unary(
-        &self,
-        token: u64,
-        rpc: &str,
-        request: &[u8],
-        metadata: Vec<(String, String)>,
-        timeout: f64,
-        connect_budget: f64,
-    ) -> PyResult<()> {
-        self.check_open()?;
-        let path = path_of(rpc)?;
-        let md = metadata_map(metadata)?;
-        let mut calls = self.shared.calls.lock().unwrap_or_else(|e| e.into_inner());
-        self.start_unary(
-            &mut calls,
-            token,
-            path,
-            md,
-            Bytes::copy_from_slice(request),
-            timeout,
-            connect_budget,
-        );
-        Ok(())
-    }
-
-    /// Start several unary calls at once, each `(token, rpc, request, metadata, timeout, connect_budget)`
-    /// as for `unary`: what the event loop started during one of its iterations. Handing them over
-    /// together lets the tokio worker find them all when it wakes, so that the connection writes their
-    /// frames together, instead of waking (and writing) once per call. A call whose rpc or metadata is
-    /// invalid fails alone, through the hub (INVALID_ARGUMENT), as every call's outcome does.
+    /// Start unary calls, each `(token, rpc, request, metadata, timeout, connect_budget)`: what the event
+    /// loop started during one of its iterations. Each completes through the hub under its `token`; it
+    /// first waits up to `connect_budget` seconds for a connection, and the whole takes at most `timeout`
+    /// seconds. Handing them over together lets the tokio worker find them all when it wakes, so that
+    /// the connection writes their frames together, instead of waking (and writing) once per call. A
+    /// call whose rpc or metadata is invalid fails alone, through the hub (INVALID_ARGUMENT), as every
+    /// call's outcome does.
     #[allow(clippy::type_complexity)]
     fn unary_many(
         &self,
@@ -1496,8 +1485,8 @@ impl Channel {
         Ok(())
     }
 
-    /// Raise what `unary` would raise for a channel that cannot take calls (closed, or made in the parent
-    /// of this forked process); nothing otherwise.
+    /// Raise what `unary_many` would raise for a channel that cannot take calls (closed, or made in the
+    /// parent of this forked process); nothing otherwise.
     fn ensure_open(&self) -> PyResult<()> {
         self.check_open()
     }
@@ -1745,7 +1734,7 @@ impl Channel {
 }
 
 impl Channel {
-    /// Start one unary call (`unary`, `unary_many`), with `calls` (the channel's running calls) locked.
+    /// Start one unary call of `unary_many`, with `calls` (the channel's running calls) locked.
     #[allow(clippy::too_many_arguments)]
     fn start_unary(
         &self,
@@ -1864,8 +1853,8 @@ fn decode_for_test<'py>(
 /// `reported_code` for the test of its table (`tests/unit/test_native.py`): the gRPC code reported for a
 /// status of gRPC code `code`.
 #[pyfunction]
-fn reported_code_for_test(code: i32, transport: bool, remote_reset: bool) -> i32 {
-    reported_code(Code::from_i32(code), transport, remote_reset) as i32
+fn reported_code_for_test(code: i32, transport: bool, remote_reset: bool, timed_out: bool) -> i32 {
+    reported_code(Code::from_i32(code), transport, remote_reset, timed_out) as i32
 }
 
 /// Push `per_thread` empty Telemetry items from each of `threads` new threads, as fast as they can, for

@@ -182,24 +182,28 @@ CANCELLED, UNKNOWN, DEADLINE_EXCEEDED, UNAVAILABLE = 1, 2, 4, 14
 
 @pytest.mark.native
 @pytest.mark.parametrize(
-    ("code", "transport", "remote_reset", "reported"),
+    ("code", "transport", "remote_reset", "timed_out", "reported"),
     [
         # tonic's words for a connection error it could not classify: gRPC core says UNAVAILABLE.
-        (UNKNOWN, True, False, UNAVAILABLE),
-        (UNKNOWN, False, False, UNKNOWN),  # the server's own UNKNOWN stays
+        (UNKNOWN, True, False, False, UNAVAILABLE),
+        (UNKNOWN, False, False, False, UNKNOWN),  # the server's own UNKNOWN stays
         # A call queued on a connection the server closed ("operation was canceled: connection closed"):
         # gRPC core reports UNAVAILABLE, a retriable ConnectionError.
-        (CANCELLED, True, False, UNAVAILABLE),
-        (CANCELLED, True, True, CANCELLED),  # a stream the server reset with CANCEL
-        (CANCELLED, False, False, CANCELLED),  # a status the server sent
-        (DEADLINE_EXCEEDED, True, False, DEADLINE_EXCEEDED),
-        (UNAVAILABLE, True, False, UNAVAILABLE),
+        (CANCELLED, True, False, False, UNAVAILABLE),
+        (CANCELLED, True, True, False, CANCELLED),  # a stream the server reset with CANCEL
+        (CANCELLED, False, False, False, CANCELLED),  # a status the server sent
+        # tonic's own deadline (the request's grpc-timeout) ends the call CANCELLED "Timeout expired" from
+        # a transport error: gRPC core says DEADLINE_EXCEEDED (it was UNAVAILABLE, a ConnectionError, for
+        # an ack that outlasted its timeout under load).
+        (CANCELLED, True, False, True, DEADLINE_EXCEEDED),
+        (DEADLINE_EXCEEDED, True, False, False, DEADLINE_EXCEEDED),
+        (UNAVAILABLE, True, False, False, UNAVAILABLE),
     ],
 )
 def test_transport_failures_are_reported_with_grpc_cores_codes(
-    code: int, transport: bool, remote_reset: bool, reported: int
+    code: int, transport: bool, remote_reset: bool, timed_out: bool, reported: int
 ) -> None:
     """The code the extension reports for a failed call (native/src/lib.rs, `reported_code`). Which
     variant a real closed connection produces depends on timing
     (tests/client/test_client_connection_closed.py meets them as they come); this table holds each."""
-    assert _extension().reported_code_for_test(code, transport, remote_reset) == reported
+    assert _extension().reported_code_for_test(code, transport, remote_reset, timed_out) == reported

@@ -433,7 +433,7 @@ class NativeRpcClient:
         """Start unary call `token` (its completion comes through the hub) at the end of this iteration of
         the loop, together with every other call started in it (`Channel.unary_many`): the tokio worker
         then wakes once for them and the connection writes their frames together, instead of once per
-        call (docs/architecture.md, "The native transport"). Raises RuntimeError, as `Channel.unary`
+        call (docs/architecture.md, "The native transport"). Raises RuntimeError, as `Channel.unary_many`
         does, when the channel takes no calls (closed, or made in the parent of this forked process)."""
         queued = self._queued
         if not queued:
