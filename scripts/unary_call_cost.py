@@ -48,11 +48,11 @@ async def _measure(endpoint: str, calls: int) -> dict[str, float]:
                 headers = [(md[-1],) for md in headers]
             tokens = [hub.token() for _ in range(BURST)]
             futures = [hub.expect(token) for token in tokens]
-            calls = [
+            batch = [
                 (token, "SendMessage", data, md, 5.0, 5.0) for token, md in zip(tokens, headers, strict=True)
             ]
             before = time.thread_time()
-            channel.unary_many(calls)
+            channel.unary_many(batch)
             spent[kind] += time.thread_time() - before
             counted[kind] += BURST
             await asyncio.gather(*futures)

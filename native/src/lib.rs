@@ -1749,9 +1749,7 @@ impl Channel {
         let shared = self.shared.clone();
         let timeout = Duration::from_secs_f64(timeout.max(0.0));
         let budget = Duration::from_secs_f64(connect_budget.max(0.0));
-        self.shared.started.fetch_add(1, Ordering::Relaxed);
-        // `calls` is locked: the entry goes in before the task can finish and remove it.
-        let handle = self.runtime.spawn(async move {
+        self.spawn_locked(calls, token, async move {
             let started = Instant::now();
             let deadline = started + timeout;
             let mut attempt = 0;
@@ -1788,7 +1786,6 @@ impl Channel {
             shared.finished(token);
             shared.hub.push(Done::Unary { token, result });
         });
-        calls.insert(token, handle.abort_handle());
     }
 
     fn check_open(&self) -> PyResult<()> {
@@ -1803,9 +1800,17 @@ impl Channel {
     where
         F: std::future::Future<Output = ()> + Send + 'static,
     {
-        self.shared.started.fetch_add(1, Ordering::Relaxed);
-        // The entry goes in before the task can finish and remove it.
         let mut calls = self.shared.calls.lock().unwrap_or_else(|e| e.into_inner());
+        self.spawn_locked(&mut calls, token, work);
+    }
+
+    /// `spawn` with `calls` (the channel's running calls) already locked, so that the entry goes in
+    /// before the task can finish and remove it.
+    fn spawn_locked<F>(&self, calls: &mut HashMap<u64, AbortHandle>, token: u64, work: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        self.shared.started.fetch_add(1, Ordering::Relaxed);
         let handle = self.runtime.spawn(work);
         calls.insert(token, handle.abort_handle());
     }

@@ -10,13 +10,13 @@ retry within their budget, as before), and a server that comes up is reached at 
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 
 import pytest
 
 import thrust
 from tests.client._util import run
+from tests.client.test_client_unreachable import _free_port
 from tests.server._wire import message
 from thrust._core.endpoints import parse_endpoint
 from thrust._io.metadata import Metadata
@@ -28,13 +28,6 @@ pytestmark = pytest.mark.native
 
 CALLS = 32
 STEPS_MS = (50, 100, 200, 400, 800)  # then 1,000 each (`backoff` in native/src/lib.rs)
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _attempts_within(elapsed: float) -> int:
