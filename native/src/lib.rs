@@ -1493,7 +1493,9 @@ impl Channel {
 
     /// Start one ReceiveMessage; it completes (through the hub) when the stream ends, with every message
     /// it brought decoded, and the failure if it broke. With `first_early`, the first message after the OK
-    /// status is handed over at once (kind 6), and the rest with the completion.
+    /// status is handed over at once (kind 6), and the rest with the completion. With `repeat_for` > 0
+    /// (seconds; infinity: until `stop_repeating`), an empty answer is polled again for that long without
+    /// a completion, and the `Polls` returned counts those renewals.
     #[allow(clippy::too_many_arguments)]
     #[pyo3(signature = (token, request, metadata, timeout, connect_budget, endpoint, first_early, repeat_for=0.0))]
     #[allow(clippy::too_many_arguments)]
@@ -1508,7 +1510,7 @@ impl Channel {
         endpoint: Py<PyAny>,
         first_early: bool,
         repeat_for: f64,
-    ) -> PyResult<()> {
+    ) -> PyResult<Option<Polls>> {
         self.check_open()?;
         let _ = py;
         let endpoint = Arc::new(endpoint);
@@ -1522,7 +1524,10 @@ impl Channel {
         let shared = self.shared.clone();
         let total = timeout.max(0.0);
         let budget = Duration::from_secs_f64(connect_budget.max(0.0));
-        let repeat_for = Duration::from_secs_f64(repeat_for.max(0.0));
+        // A window too long for a Duration (infinity) renews until stopped.
+        let repeat_for = Duration::try_from_secs_f64(repeat_for.max(0.0)).unwrap_or(Duration::MAX);
+        let renewed = Arc::new(AtomicU64::new(0));
+        let counter = renewed.clone();
         self.spawn(token, async move {
             let began = Instant::now();
             let mut polls: u64 = 0;
@@ -1623,6 +1628,7 @@ impl Channel {
                     && shared.may_repeat(token)
                 {
                     polls += 1;
+                    counter.store(polls, Ordering::Relaxed);
                     shared.repeated.fetch_add(1, Ordering::Relaxed);
                     if let Some(id) = &request_id {
                         // Each call its own request id, as every other call has (the proxy logs them).
@@ -1646,7 +1652,7 @@ impl Channel {
                 break;
             }
         });
-        Ok(())
+        Ok((!repeat_for.is_zero()).then_some(Polls(renewed)))
     }
 
     /// Open the Telemetry stream; commands come through the hub under `token` (kind 3), its end as kind 4.
@@ -1816,6 +1822,20 @@ impl Channel {
     }
 }
 
+/// How many long polls a renewing receive (`Channel.receive(..., repeat_for)`) has ended so far: the
+/// activity of an idle queue whose polls never reach the event loop. Its owner reads it when it checks
+/// whether the queue expired (`thrust._io.rpc.Renewal.polls`).
+#[pyclass(frozen, module = "thrust_native")]
+struct Polls(Arc<AtomicU64>);
+
+#[pymethods]
+impl Polls {
+    /// The empty long polls renewed so far.
+    fn count(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
 /// The request side of a Telemetry stream.
 #[pyclass(frozen, module = "thrust_native")]
 struct TelemetryWriter {
@@ -1884,6 +1904,7 @@ fn thrust_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Hub>()?;
     m.add_class::<Channel>()?;
     m.add_class::<TelemetryWriter>()?;
+    m.add_class::<Polls>()?;
     m.add_function(wrap_pyfunction!(decode_for_test, m)?)?;
     m.add_function(wrap_pyfunction!(push_for_test, m)?)?;
     m.add_function(wrap_pyfunction!(reported_code_for_test, m)?)?;

@@ -7,6 +7,8 @@ as a long poll that ran out does, so the renewals take milliseconds instead of 1
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from tests.push._util import run, until
@@ -46,11 +48,21 @@ def test_an_idle_queues_empty_polls_are_renewed_counted_and_still_deliver() -> N
                 await until(lambda: srv.stats.calls["ReceiveMessage"] == EMPTY + 1)
                 calls = consumer.session.calls()
                 assert calls["ReceiveMessage"] == EMPTY + 1  # every poll counted, renewed ones too
+                (q,) = consumer._scanner.queues.values()
+                limit = q.pq.budget.idle_limit
+                later = time.monotonic() + limit
                 if consumer.stats().transport == "native":
                     # one receive of the loop, its empty polls renewed off it
                     assert _repeated(consumer) == EMPTY
+                    assert q.renewal is not None and q.renewal.renewed() == EMPTY
+                    # the renewals are activity the loop did not see: a queue checked an idle limit after
+                    # its receive started has not expired; one checked an idle limit after that, with no
+                    # renewal in between, has (a stuck receive)
+                    assert not q.expired(later)
+                    assert q.expired(later + limit)
                 else:
                     assert _repeated(consumer) == 0
+                    assert q.expired(later)  # each empty poll ended on the loop: none renewed
                 receipt = await producer.send(Message(topic="t", body=b"x"))
                 await until(lambda: got == [receipt.message_id], what="the message on the renewed poll")
                 await until(lambda: consumer.stats().acked == 1)
@@ -60,7 +72,7 @@ def test_an_idle_queues_empty_polls_are_renewed_counted_and_still_deliver() -> N
 
 def test_a_dropped_queue_stops_renewing_after_the_poll_in_flight() -> None:
     """Each empty answer takes 0.3 s; the queue is dropped while its receive renews them (within a window
-    of about 40 s, longer than `until` waits): the receive ends after the poll in flight."""
+    of 300 s, longer than `until` waits): the receive ends after the poll in flight."""
 
     async def main() -> None:
         async with embedded_server(topics=["t"], groups=["g"]) as srv:

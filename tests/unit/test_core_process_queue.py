@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from thrust._core.process_queue import ProcessQueue, QueueBudget, ReceiveTicket
+from thrust._core.process_queue import RENEWAL_WINDOW, ProcessQueue, QueueBudget, ReceiveTicket
 from thrust._core.settings import ClientSettings, ServerSettings, merge
 
 
@@ -386,12 +386,15 @@ def test_count_never_exceeds_threshold_with_partial_results_and_mixed_sizes(seed
     run_partial_invariant(seed, None)
 
 
-def test_an_idle_receive_renews_its_polls_only_while_its_last_one_ends_before_the_queue_expires() -> None:
+def test_renewed_polls_are_receive_activity_so_a_renewing_idle_queue_never_expires() -> None:
     budget = QueueBudget(long_polling_timeout=20.0, request_timeout=3.0)
     assert budget.idle_limit == 69.0
-    deadline = 23.0  # long polling + request timeout
-    window = budget.renewal_window(deadline)
-    assert window == 43.0
-    # a poll started at the end of the window ends a request timeout before the queue counts as expired
-    assert window + deadline == budget.idle_limit - budget.request_timeout
-    assert QueueBudget(long_polling_timeout=5.0, request_timeout=3.0).renewal_window(100.0) == 0.0
+    # the window no longer has to end before the idle limit: the renewals themselves are the activity
+    assert budget.renewal_window == RENEWAL_WINDOW > budget.idle_limit
+    pq = ProcessQueue("q", budget, lambda: "a", now=0.0)
+    pq.on_receive_started(pq.receive_plan(0.0), 0.0)  # one receive that renews its polls for long
+    assert pq.expired(69.0)  # no activity the queue heard of
+    pq.on_renewed(60.0)
+    assert not pq.expired(69.0)
+    assert not pq.expired(128.9)
+    assert pq.expired(129.0)  # no renewal for the idle limit: expired (a stuck receive)

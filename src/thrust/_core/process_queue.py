@@ -143,11 +143,21 @@ class QueueBudget:
         """A queue with no receive activity for this long is expired: (long polling + request timeout) x 3."""
         return (self.long_polling_timeout + self.request_timeout) * 3
 
-    def renewal_window(self, receive_deadline: float) -> float:
-        """How long an idle queue's receive may renew its empty long polls by itself (`ReceiveTicket`s
-        stay open meanwhile; the native transport's `Renewal`): its last poll then ends, within
-        `receive_deadline`, a request timeout before the queue would count as expired (`expired`)."""
-        return max(0.0, self.idle_limit - receive_deadline - self.request_timeout)
+    @property
+    def renewal_window(self) -> float:
+        """How long an idle queue's receive may renew its empty long polls by itself (`ReceiveTicket`s stay
+        open meanwhile; the native transport's `Renewal`) before the loop sees it end: `RENEWAL_WINDOW`.
+        The renewals count as receive activity (`on_renewed`), so the window is not bounded by the idle
+        limit; it bounds how long a renewing receive keeps what it was started with (its batch size, the
+        long polling of the Settings then)."""
+        return RENEWAL_WINDOW
+
+
+# `QueueBudget.renewal_window`: the Settings sync period (each Telemetry stream resends the client's
+# Settings every 5 minutes, `ClientSession._sync_settings`), so a changed long polling reaches an idle
+# queue within about one more of them. A consumer of 1,000 topics on 2 brokers then wakes its event loop
+# for an idle queue about 7 times a second instead of once every long poll of every queue (133 a second).
+RENEWAL_WINDOW = 300.0
 
 
 class ReceiveTicket:
@@ -362,6 +372,11 @@ class ProcessQueue:
             self._cache_full_at = now
             return self.has_room()
         return False
+
+    def on_renewed(self, now: float) -> None:
+        """The receive in flight renewed an empty long poll by itself (the transport's `Renewal`, which the
+        loop does not see poll by poll): receive activity, as a receive ending is (`expired`)."""
+        self._last_activity = now
 
     def drop(self) -> None:
         """The queue is no longer assigned (or expired): no new receives; cancel the in-flight ones. It no

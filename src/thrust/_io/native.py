@@ -531,6 +531,7 @@ class NativeRpcClient:
         request_id = Metadata.request_id_of(md)
         poll = request.long_polling_timeout.seconds + request.long_polling_timeout.nanos / 1e9
         budget = receive_connect_budget(poll, timeout)
+        shortened = False
         if (
             self._channel.state() != _READY
             and settings_synced is not None
@@ -547,10 +548,11 @@ class NativeRpcClient:
             if waited > 0:
                 poll, timeout = receive_after_connect(poll, timeout, waited)
                 budget = max(0.0, budget - waited)
-                shortened = type(request)()
-                shortened.CopyFrom(request)
-                shortened.long_polling_timeout.FromNanoseconds(round(poll * 1e9))
-                request = shortened
+                shorter = type(request)()
+                shorter.CopyFrom(request)
+                shorter.long_polling_timeout.FromNanoseconds(round(poll * 1e9))
+                request = shorter
+                shortened = True
             if self._closed or self._receives_cancelled:
                 raise ClientClosedError("ReceiveMessage: the client is closed")
         hub = self._hub
@@ -562,12 +564,13 @@ class NativeRpcClient:
             hub.subscribe(token, _receive_waiter(future, on_message))
         self._receives[token] = future
         repeat_for = 0.0
-        if renewal is not None and not renewal.stopped:
+        if renewal is not None and not renewal.stopped and not shortened:
+            # (a poll shortened by the wait for the handshake is not renewed: its renewals would be as short)
             repeat_for = renewal.window
             channel = self._channel
             renewal._stop = lambda: channel.stop_repeating(token)
         try:
-            self._channel.receive(
+            polls = self._channel.receive(
                 token,
                 request.SerializeToString(),
                 md,
@@ -577,6 +580,8 @@ class NativeRpcClient:
                 on_message is not None,
                 repeat_for,
             )
+            if polls is not None and renewal is not None:
+                renewal._polls = polls.count
             kind, payload = await future
         except asyncio.CancelledError:
             self._channel.cancel(token)
@@ -590,7 +595,7 @@ class NativeRpcClient:
         finally:
             self._receives.pop(token, None)
             if renewal is not None:
-                renewal._stop = None
+                renewal._stop = renewal._polls = None
         if kind == _CANCELLED:
             if self._receives_cancelled:
                 raise ClientClosedError(

@@ -368,19 +368,37 @@ class Renewal:
     native transport does, without waking the event loop (a push consumer's idle queue, one long poll after
     another while nothing comes), and counts each in `receives_repeated`; grpcio answers every empty poll,
     and its caller polls again, which comes to the same calls. `stop()` ends the renewing after the poll
-    in flight (a dropped queue starts no new receive)."""
+    in flight (a dropped queue starts no new receive).
 
-    __slots__ = ("_stop", "stopped", "window")
+    `renewed()` is the activity the loop does not see: how many polls the transport renewed so far, so
+    that a queue whose receive keeps renewing is not taken for a stuck one (`_Queue.expired`)."""
+
+    __slots__ = ("_polls", "_seen", "_stop", "stopped", "window")
 
     def __init__(self, window: float) -> None:
         self.window = window
         self.stopped = False
         self._stop: Callable[[], None] | None = None  # set by the transport while its receive runs
+        self._polls: Callable[[], int] | None = None  # likewise, when the transport renews
+        self._seen = 0
 
     def stop(self) -> None:
         self.stopped = True
         if self._stop is not None:
             self._stop()
+
+    def renewed(self) -> int:
+        """Empty long polls the transport renewed so far (0 on grpcio, which renews none)."""
+        polls = self._polls
+        return 0 if polls is None else polls()
+
+    def advanced(self) -> bool:
+        """Whether the transport renewed a poll since the last time this was asked."""
+        renewed = self.renewed()
+        if renewed == self._seen:
+            return False
+        self._seen = renewed
+        return True
 
 
 def decode_one(message: Any, endpoint: Endpoint) -> ReceivedMessage | Corrupted:

@@ -128,6 +128,14 @@ class _Queue:
     def endpoint(self) -> Endpoint:
         return self.route_queue.endpoint
 
+    def expired(self, now: float) -> bool:
+        """`ProcessQueue.expired`, the polls that the receive in flight renewed by itself counted as the
+        activity they are (the loop sees such a receive only when it ends: `Renewal`)."""
+        renewal = self.renewal
+        if renewal is not None and renewal.advanced():
+            self.pq.on_renewed(now)
+        return self.pq.expired(now)
+
     def halt(self) -> None:
         """No new receive starts (the runner sees `pq.dropped` and ends; a receive renewing its empty polls
         stops after the one in flight); its wake-up timer is cancelled."""

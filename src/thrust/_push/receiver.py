@@ -165,7 +165,7 @@ class QueueReceiver:
         stream = _Stream(self, q, ticket)
         renewal = None
         if idle:
-            renewal = q.renewal = Renewal(q.pq.budget.renewal_window(settings.receive_deadline))
+            renewal = q.renewal = Renewal(q.pq.budget.renewal_window)
         try:
             result = await session.receive(
                 q.endpoint,

@@ -226,7 +226,7 @@ class AssignmentScanner:
         """Drop and create only this topic's queues (bench scenario 5b)."""
         now = time.monotonic()
         by_id = {q.id: q for q in assigned if q.topic == topic and q.readable}
-        expired = [qid for qid in self._table.queues(topic) if self.queues[qid].pq.expired(now)]
+        expired = [qid for qid in self._table.queues(topic) if self.queues[qid].expired(now)]
         diff = self._table.sync(topic, by_id, expired)
         if not diff:
             return

@@ -72,9 +72,10 @@ class ScaleOptions:
     kinds: tuple[str, ...] = ("normal", "fifo")
     brokers: int = 2
     queues: int = 1  # queues per topic and broker: a FIFO group has one assignment per queue
-    # Two renewal windows of an idle queue's receive (43 s, then its loop sees it end; each of its 15 s long
-    # polls is renewed in between, in Rust on the native transport): every idle queue's work is in it twice.
-    idle_seconds: float = 90.0
+    # One renewal window of an idle queue's receive and one long poll after it (300 s + 15 s, then its loop
+    # sees it end; each of its long polls is renewed in between, in Rust on the native transport): every
+    # idle queue's work is in it once.
+    idle_seconds: float = 330.0
     # After every queue exists, before the idle window; None: one assignment-scan period of the topics
     # (`max(5, topics / 20)` s), so that the window sees the steady scan rate, not the first scans.
     settle_seconds: float | None = None

@@ -61,7 +61,12 @@ def add_scale(modes: Any) -> None:
         "--brokers", type=int, default=2, help="brokers of the server perf scale starts (default 2)"
     )
     p.add_argument("--queues", type=int, default=1, help="queues per topic and broker (default 1)")
-    p.add_argument("--idle", type=float, default=90.0, help="seconds of the idle window (default 90)")
+    p.add_argument(
+        "--idle",
+        type=float,
+        default=330.0,
+        help="seconds of the idle window (default 330: an idle queue's renewal window and a long poll)",
+    )
     p.add_argument(
         "--settle",
         type=float,
