@@ -3,6 +3,8 @@ from __future__ import annotations
 import zlib
 from collections import Counter
 
+import pytest
+
 from thrust._core.assignment import QueueId
 from thrust._core.endpoints import parse_endpoint
 from thrust._core.routes import (
@@ -214,3 +216,25 @@ def test_a_refresh_round_takes_the_routes_due_soon() -> None:
     assert cache.due(30.0) == ["t0"]
     assert cache.due(30.0, ahead=1.0) == ["t0", "t1", "t2", "t3", "t4"]
     assert cache.due(29.0, ahead=0.5) == []
+
+
+def test_more_routes_than_the_rate_allows_in_the_period_are_refreshed_less_often_unless_degraded() -> None:
+    cache = RouteCache(30.0, degraded_refresh_period=5.0, max_refresh_rate=10.0)
+
+    def both(topic: str) -> list[RouteQueue]:
+        return [q("a", 0, EA, topic=topic), q("b", 0, EB, topic=topic)]
+
+    for i in range(300):
+        cache.update(f"t{i}", both(f"t{i}"), 0.0)
+    assert cache.refresh_every() == 30.0  # 300 routes in 30 s: 10 a second
+    assert cache.next_refresh_at(0.0) == 30.0
+    for i in range(300, 1000):
+        cache.update(f"t{i}", both(f"t{i}"), 0.0)
+    assert cache.refresh_every() == 100.0  # 1,000 routes at 10 a second
+    assert cache.due(99.0) == [] and len(cache.due(100.0)) == 1000
+    assert cache.next_refresh_at(0.0) == 100.0 and not cache.stale("t0", 99.9) and cache.stale("t0", 100.0)
+    # a route that lost a broker is re-fetched after the degraded period, however many routes there are
+    cache.update("t0", [q("a", 0, EA, topic="t0")], 10.0)  # broker b is gone from its route
+    assert cache.period("t0", 10.0) == 5.0 and cache.due(15.0) == ["t0"]
+    with pytest.raises(ValueError):
+        RouteCache(max_refresh_rate=0.0)

@@ -2,7 +2,8 @@
 
 The codec turns a `QueryRouteResponse` into `RouteQueue`s; `RouteCache.update` stores them per topic and says
 which endpoints appeared or disappeared across all routes (sessions: heartbeats and telemetry are per
-endpoint, docs/protocol.md §4.5, §4.6). Routes are refreshed every 30 s (docs/protocol.md §3.2).
+endpoint, docs/protocol.md §4.5, §4.6). Routes are refreshed every 30 s (docs/protocol.md §3.2), less
+often when more than 300 are cached (`RouteCache.refresh_every`).
 
 Producer: `QueueSelector.candidates` returns, for one send, the queues to use for attempt 1, 2, ... (the
 attempt number n uses `candidates[(n - 1) % len(candidates)]`), Java `PublishingLoadBalancer` style: round
@@ -121,6 +122,14 @@ class RouteCache:
     re-fetched every `degraded_refresh_period` (5 s), so a restarted broker's messages are consumed
     seconds after it is back rather than up to 30 s later (measured on a real two-broker cluster:
     docs/reliability.md, R1). A broker gone for longer than `degraded_memory` is taken as removed.
+
+    The routes that are not degraded are re-fetched `max_refresh_rate` a second at most on average: with
+    more than `refresh_period x max_refresh_rate` routes cached (300 by default) each is re-fetched every
+    `routes / max_refresh_rate` seconds instead (`refresh_every`). Java refreshes every route every 30 s,
+    however many: 33 QueryRoute calls a second for a consumer of 1,000 topics, idle or not, where 10 do
+    (docs/benchmarks.md, "A consumer of a thousand topics"). A route's changes that matter before then
+    reach the client sooner: a broker missing makes the route degraded at its next fetch, and a consumer's
+    assignments come from QueryAssignment, not from the route.
     """
 
     __slots__ = (
@@ -131,6 +140,7 @@ class RouteCache:
         "_widest",
         "degraded_memory",
         "degraded_refresh_period",
+        "max_refresh_rate",
         "refresh_period",
     )
 
@@ -140,8 +150,12 @@ class RouteCache:
         *,
         degraded_refresh_period: float = 5.0,
         degraded_memory: float = 600.0,
+        max_refresh_rate: float = 10.0,
     ) -> None:
+        if max_refresh_rate <= 0:
+            raise ValueError("max_refresh_rate must be > 0")
         self.refresh_period = refresh_period  # Java/Python updateRouteCache period (docs/protocol.md §4.6)
+        self.max_refresh_rate = max_refresh_rate
         self.degraded_refresh_period = min(degraded_refresh_period, refresh_period)
         self.degraded_memory = degraded_memory
         self._routes: dict[str, TopicRoute] = {}
@@ -194,21 +208,26 @@ class RouteCache:
         """The cached route lacks a broker that a route of `topic` listed within `degraded_memory`."""
         return now <= self._degraded_until.get(topic, _NEVER)
 
+    def refresh_every(self) -> float:
+        """How often a route that is not degraded is re-fetched: `refresh_period`, or longer when more
+        routes are cached than `max_refresh_rate` lets the refresher fetch in that period."""
+        return max(self.refresh_period, len(self._routes) / self.max_refresh_rate)
+
     def period(self, topic: str, now: float) -> float:
         """How often `topic`'s route is re-fetched now."""
-        return self.degraded_refresh_period if self.degraded(topic, now) else self.refresh_period
+        return self.degraded_refresh_period if self.degraded(topic, now) else self.refresh_every()
 
     def stale(self, topic: str, now: float) -> bool:
-        """No route yet, or it is at least `refresh_period` old."""
+        """No route yet, or it is at least `refresh_every()` old."""
         route = self._routes.get(topic)
-        return route is None or now - route.fetched_at >= self.refresh_period
+        return route is None or now - route.fetched_at >= self.refresh_every()
 
     def due(self, now: float, ahead: float = 0.0) -> list[str]:
         """Topics whose route should be re-fetched now, or within `ahead` seconds (degraded ones after the
         shorter period): the refresher takes those due soon in the same round, so that routes fetched
         one after another (a thousand at start) are refreshed in a few rounds, not in one round each."""
         degraded = self._degraded_until
-        long, short = self.refresh_period, self.degraded_refresh_period
+        long, short = self.refresh_every(), self.degraded_refresh_period
         at = now + ahead
         return [
             t
@@ -221,7 +240,7 @@ class RouteCache:
         if not self._routes:
             return None
         degraded = self._degraded_until
-        long, short = self.refresh_period, self.degraded_refresh_period
+        long, short = self.refresh_every(), self.degraded_refresh_period
         return min(
             r.fetched_at + (short if degraded and now <= degraded.get(t, _NEVER) else long)
             for t, r in self._routes.items()
