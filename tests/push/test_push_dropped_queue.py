@@ -155,9 +155,10 @@ def test_a_fifo_message_in_its_local_retry_backoff_is_retried_after_its_queue_is
     run(main())
 
 
-def test_push_receives_ask_for_a_poll_shorter_than_their_deadline() -> None:
-    """Each push receive asks the server to end an empty poll 5 s before its deadline's long polling
-    (`ClientSettings.push_long_polling`), so that a loaded proxy answers before the client gives up."""
+def test_push_receives_leave_the_server_more_than_a_request_timeout_after_their_poll() -> None:
+    """Each push receive asks for the whole long polling under a deadline 5 s longer than long polling +
+    request timeout (`ClientSettings.push_receive_deadline`), so that a loaded proxy answers before the
+    client gives up."""
 
     async def main() -> None:
         async with embedded_server(topics=["t"], groups=["g"]) as srv:
@@ -182,6 +183,7 @@ def test_push_receives_ask_for_a_poll_shorter_than_their_deadline() -> None:
                     await producer.send(Message(topic="t", body=b"x"))
                 await until(lambda: len(asked) >= 1)
             settings = consumer.session.settings
-            assert asked[0] == (settings.long_polling_timeout - 5.0, settings.receive_deadline)
+            assert asked[0] == (settings.long_polling_timeout, settings.push_receive_deadline)
+            assert asked[0][1] - asked[0][0] == settings.request_timeout + 5.0
 
     run(main())

@@ -94,13 +94,19 @@ def test_consumer_takes_server_max_attempts() -> None:
     assert eff.retry_policy.next_delay(3) == 2.5
 
 
-def test_a_push_consumer_asks_for_a_shorter_poll_than_its_deadline_allows() -> None:
-    """Empty polls end 5 s before the settings' long polling, under the same deadline (bug 11 in
-    docs/reliability.md): 20 s settings -> 15 s asked, 23 s deadline; never below the proxy's 5 s."""
+def test_a_push_consumers_deadline_leaves_the_server_more_than_a_request_timeout_after_its_poll() -> None:
+    """A push receive asks for the whole long polling under a deadline 5 s longer than Java's (bug 11 in
+    docs/reliability.md): 20 s settings -> 20 s asked, 28 s deadline; never below the proxy's 5 s."""
     c = ClientSettings.for_consumer()
-    assert c.push_long_polling == 15.0 and c.receive_deadline == 23.0
+    assert c.push_long_polling == 20.0 and c.push_receive_deadline == 28.0
+    assert c.receive_deadline == 23.0  # Java's, and a simple consumer's
     short = merge(c, ServerSettings(long_polling_timeout=6))
-    assert short.push_long_polling == 5.0 and short.receive_deadline == 9.0
+    assert short.push_long_polling == 6.0 and short.push_receive_deadline == 14.0
+    shorter = merge(c, ServerSettings(long_polling_timeout=2))
+    assert shorter.push_long_polling == 5.0 and shorter.push_receive_deadline == 13.0
+    # the server's margin after the poll: a request timeout and the headroom, whatever the poll
+    for settings in (c, short, shorter):
+        assert settings.push_receive_deadline - settings.push_long_polling == 3.0 + 5.0
 
 
 def test_a_receive_waits_for_its_connection_out_of_its_long_poll_never_below_the_minimum() -> None:

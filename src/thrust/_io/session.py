@@ -288,7 +288,8 @@ class ClientSession:
 
     def _drain_grace(self) -> float:
         """How long a channel taken out of use waits for its calls in flight: as long as any may last."""
-        return max(self.settings.request_timeout, self.settings.receive_deadline) + 1.0
+        # (a push consumer's receive is the longest call: `push_receive_deadline`)
+        return max(self.settings.request_timeout, self.settings.push_receive_deadline) + 1.0
 
     def _raise_if_closed(self, exc: ThrustError) -> None:
         """A call whose channel `close()` shut under it failed with a ConnectionError (`rpc._channel_closed`):

@@ -170,7 +170,7 @@ class QueueReceiver:
             result = await session.receive(
                 q.endpoint,
                 request,
-                timeout=settings.receive_deadline,
+                timeout=settings.push_receive_deadline,
                 on_message=stream.arrived,
                 renewal=renewal,
             )

@@ -72,7 +72,7 @@ class ScaleOptions:
     kinds: tuple[str, ...] = ("normal", "fifo")
     brokers: int = 2
     queues: int = 1  # queues per topic and broker: a FIFO group has one assignment per queue
-    # One renewal window of an idle queue's receive and one long poll after it (300 s + 15 s, then its loop
+    # One renewal window of an idle queue's receive and one long poll after it (300 s + 20 s, then its loop
     # sees it end; each of its long polls is renewed in between, in Rust on the native transport): every
     # idle queue's work is in it once.
     idle_seconds: float = 330.0
