@@ -28,8 +28,9 @@ from thrust.testing import embedded_server
 pytestmark = [pytest.mark.slow]
 
 REQUEST_TIMEOUT = 1.0
-# The stalled stream ends at the receive's deadline: the server's 20 s long polling + the request timeout.
-STALL_BOUND = 20.0 + REQUEST_TIMEOUT + 30.0
+# The stalled stream ends at the receive's deadline: the server's 20 s long polling + the request timeout
+# + 5 s (`ClientSettings.push_receive_deadline`).
+STALL_BOUND = 20.0 + REQUEST_TIMEOUT + 5.0 + 30.0
 
 
 @pytest.mark.parametrize("release", ["answered", "first-lost"])

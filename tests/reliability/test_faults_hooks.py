@@ -334,9 +334,11 @@ def test_f14_long_poll_never_answered_returns_within_bound_and_push_repolls() ->
                     request_timeout=1.0,
                 )
                 async with consumer:
-                    # The held poll is abandoned at its deadline (long poll 20 s + request timeout) and
-                    # the queue polled again at once: well inside the watchdog's 3 x (poll + timeout).
-                    await until(lambda: consumer.stats().acked >= 20, timeout=20 + 1 + 5)
+                    # The held poll is abandoned at its deadline (long poll 20 s + request timeout + 5 s,
+                    # `push_receive_deadline`) and the queue polled again at once: inside the watchdog's
+                    # 3 x (poll + timeout).
+                    deadline = consumer.session.settings.push_receive_deadline
+                    await until(lambda: consumer.stats().acked >= 20, timeout=deadline + 5)
                 # F14 (docs/reliability.md §3): the retry reuses the hung receive's attempt_id (Java
                 # AttemptIdIntegrationTest; docs/protocol.md §6.1), so a broker can re-serve the batch
                 # it popped for the lost call; the id is rotated once messages arrived.
