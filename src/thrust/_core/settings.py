@@ -110,9 +110,9 @@ class ClientSettings:
         meet the client's deadline. A batch popped at that instant is lost to a push consumer until it
         closes: the proxy registered its auto-renewed receipt handles before writing it, and renews them
         while the client stays connected (docs/reliability.md, bug 11). The push deadline leaves the
-        server `PUSH_POLL_HEADROOM` more. (Asking for a poll 5 s shorter under Java's deadline, as before,
-        left the same margin and cost one more empty poll per idle queue every minute: 33 calls a second
-        for a consumer of 1,000 topics on 2 brokers.)"""
+        server `PUSH_POLL_HEADROOM` more. (A poll 5 s shorter under Java's deadline leaves the same margin
+        and costs one more empty poll per idle queue every minute: 33 calls a second for a consumer of
+        1,000 topics on 2 brokers.)"""
         return receive_deadline(self.long_polling_timeout, self.request_timeout) + PUSH_POLL_HEADROOM
 
 
