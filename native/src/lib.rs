@@ -1822,9 +1822,9 @@ impl Channel {
     }
 }
 
-/// How many long polls a renewing receive (`Channel.receive(..., repeat_for)`) has ended so far: the
-/// activity of an idle queue whose polls never reach the event loop. Its owner reads it when it checks
-/// whether the queue expired (`thrust._io.rpc.Renewal.polls`).
+/// How many empty long polls a renewing receive (`Channel.receive(..., repeat_for)`) has renewed so far:
+/// the activity of an idle queue whose polls never reach the event loop. Its owner reads it when it
+/// checks whether the queue expired (`thrust._io.rpc.Renewal.renewed`).
 #[pyclass(frozen, module = "thrust_native")]
 struct Polls(Arc<AtomicU64>);
 
