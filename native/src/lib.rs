@@ -1071,41 +1071,32 @@ fn reported_code(code: Code, transport: bool, remote_reset: bool, timed_out: boo
     }
 }
 
+/// The causes of `status`, outermost first (a transport error's chain: tonic, hyper, h2, io).
+fn sources(status: &Status) -> impl Iterator<Item = &(dyn std::error::Error + 'static)> {
+    std::iter::successors(std::error::Error::source(status), |err| err.source())
+}
+
 /// Whether an error of type `E` is among the causes of `status`.
 fn has_source<E: std::error::Error + 'static>(status: &Status) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
-    while let Some(err) = source {
-        if err.is::<E>() {
-            return true;
-        }
-        source = err.source();
-    }
-    false
+    sources(status).any(|err| err.is::<E>())
 }
 
 /// Whether the HTTP/2 error under `status` is a stream reset the peer sent (not a closed connection).
 fn is_remote_reset(status: &Status) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
-    while let Some(err) = source {
-        if let Some(h2) = err.downcast_ref::<h2::Error>() {
-            return h2.is_reset() && h2.is_remote();
-        }
-        source = err.source();
-    }
-    false
+    sources(status)
+        .find_map(|err| err.downcast_ref::<h2::Error>())
+        .is_some_and(|h2| h2.is_reset() && h2.is_remote())
 }
 
 /// The status message with the causes a transport error carries ("transport error" alone says nothing).
 fn describe(status: &Status) -> String {
     let mut text = status.message().to_string();
-    let mut source: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(status);
-    while let Some(err) = source {
+    for err in sources(status) {
         let part = err.to_string();
         if !text.contains(&part) {
             text.push_str(": ");
             text.push_str(&part);
         }
-        source = err.source();
     }
     text
 }
