@@ -1,5 +1,6 @@
 """An idle queue's empty long polls, on both transports: counted as calls, renewed by the native transport
-without waking the event loop (`thrust._io.rpc.Renewal`), and ended when the queue is dropped.
+without waking the event loop (`thrust._io.rpc.Renewal`), ended when the queue is dropped, and started at
+spread phases (`ClientSettings.push_spread_poll`).
 
 The embedded server's `Faults.fail_next(ReceiveMessage, MESSAGE_NOT_FOUND)` answers a poll empty at once,
 as a long poll that ran out does, so the renewals take milliseconds instead of 15 s each.
@@ -8,12 +9,16 @@ as a long poll that ran out does, so the renewals take milliseconds instead of 1
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 
 from tests.push._util import run, until
 from tests.push.test_push_dropped_queue import _switchable
 from thrust._codec.status import Code
+from thrust._io.rpc import Renewal
+from thrust._io.session import ClientSession
+from thrust.errors import ThrustError
 from thrust.message import ConsumeResult, Message, ReceivedMessage
 from thrust.producer import Producer
 from thrust.push_consumer import PushConsumer
@@ -52,9 +57,10 @@ def test_an_idle_queues_empty_polls_are_renewed_counted_and_still_deliver() -> N
                 limit = q.pq.budget.idle_limit
                 later = time.monotonic() + limit
                 if consumer.stats().transport == "native":
-                    # one receive of the loop, its empty polls renewed off it
-                    assert _repeated(consumer) == EMPTY
-                    assert q.renewal is not None and q.renewal.renewed() == EMPTY
+                    # the queue's first poll (a chain's first, of a random length: never renewed), then one
+                    # receive of the loop whose empty polls were renewed off it
+                    assert _repeated(consumer) == EMPTY - 1
+                    assert q.renewal is not None and q.renewal.renewed() == EMPTY - 1
                     # the renewals are activity the loop did not see: a queue checked an idle limit after
                     # its receive started has not expired; one checked an idle limit after that, with no
                     # renewal in between, has (a stuck receive)
@@ -95,5 +101,64 @@ def test_a_dropped_queue_stops_renewing_after_the_poll_in_flight() -> None:
                 await until(lambda: not consumer._scanner._retired, what="the dropped queue's receive ended")
                 assert consumer.stats().queues == ()
                 assert consumer.session.calls()["ReceiveMessage"] == srv.stats.calls["ReceiveMessage"]
+
+    run(main())
+
+
+def test_idle_poll_chains_start_at_spread_phases_after_a_start_or_a_failure(monkeypatch: Any) -> None:
+    """A consumer of 8 topics starts 8 idle polls together. A poll that starts a chain (a queue's first, or
+    the one after a failed receive) asks for a long polling of its own in [5 s, 20 s] and is not renewed;
+    one after an empty answer asks for the whole 20 s and is renewed (on the native transport; grpcio is
+    handed the same `Renewal` and renews nothing), keeping the phase the chain started with."""
+    polls: dict[str, list[list[Any]]] = {}  # topic -> [long polling, renewed, failed] per receive
+    receive = ClientSession.receive
+
+    async def recording(self: ClientSession, endpoint: Any, request: Any, **kw: Any) -> Any:
+        renewal: Renewal | None = kw.get("renewal")
+        poll = [request.long_polling_timeout.ToNanoseconds() / 1e9, renewal is not None, False]
+        polls.setdefault(request.message_queue.topic.name, []).append(poll)
+        try:
+            return await receive(self, endpoint, request, **kw)
+        except ThrustError:
+            poll[2] = True
+            raise
+
+    monkeypatch.setattr(ClientSession, "receive", recording)
+    topics = [f"t{i}" for i in range(8)]
+
+    def failed() -> int:
+        return sum(p[2] for ps in polls.values() for p in ps)
+
+    def chained() -> bool:
+        """Every queue has had a renewed poll, and the retry of each failed one was started."""
+        return len(polls) == len(topics) and all(
+            any(p[1] for p in ps) and not ps[-1][2] for ps in polls.values()
+        )
+
+    async def main() -> None:
+        async with embedded_server(topics=topics, groups=["g"]) as srv:
+            # the 8 first polls fail (each queue retries 1 s later); every poll after them is answered empty
+            # after 0.2 s, as a long poll that ran out is
+            srv.faults.fail_next(Rpc.RECEIVE_MESSAGE, Code.INTERNAL_ERROR, len(topics))
+            srv.faults.fail_fraction(Rpc.RECEIVE_MESSAGE, Code.MESSAGE_NOT_FOUND, 1.0)
+            srv.faults.add_latency(Rpc.RECEIVE_MESSAGE, 0.2)
+            consumer = PushConsumer(
+                endpoints=srv.endpoints[0],
+                group="g",
+                subscriptions=dict.fromkeys(topics, "*"),
+                listener=lambda m: ConsumeResult.SUCCESS,
+            )
+            async with consumer:
+                await until(lambda: failed() == len(topics) and chained(), what="8 failures, 8 chains")
+                spread: list[float] = []
+                for ps in polls.values():
+                    for i, (poll, renewed, _) in enumerate(ps):
+                        if i == 0 or ps[i - 1][2]:  # a chain's first poll
+                            assert not renewed and 5.0 <= poll <= 20.0
+                            spread.append(poll)
+                        else:  # after an empty answer
+                            assert renewed and poll == 20.0
+                assert len(spread) == 2 * len(topics)  # each queue's first poll, and each retry
+                assert len(set(spread)) > 1  # not in step
 
     run(main())

@@ -59,6 +59,30 @@ def test_queue_turns_idle_when_empty_and_drained_and_drop_uncounts_it() -> None:
     assert budget.active_count == 0  # a dropped queue never counts again
 
 
+def test_an_idle_queues_polls_chain_after_an_empty_answer_only() -> None:
+    """`chained`: a new queue's first poll starts a chain, an empty answer continues it; messages or a
+    failure end it, so that the next idle poll starts a new one (`ClientSettings.push_spread_poll`)."""
+    pq = make()
+    assert not pq.chained  # new
+    t = pq.on_receive_started(pq.receive_plan(0.0), 0.0)
+    pq.on_received(t, 0, 0, 20.0)
+    assert pq.chained  # an empty answer
+    t = pq.on_receive_started(pq.receive_plan(20.0), 20.0)
+    pq.on_receive_failed(t, False, 21.0)
+    assert not pq.chained  # a failure
+    t = pq.on_receive_started(pq.receive_plan(30.0), 30.0)
+    pq.on_received(t, 0, 0, 35.0)
+    assert pq.chained
+    t = pq.on_receive_started(pq.receive_plan(35.0), 35.0)
+    pq.on_partial(t, 1, 10, 36.0)
+    pq.on_received(t, 0, 0, 36.0)
+    assert not pq.chained  # messages
+    pq.on_consumed(1, 10, 37.0)
+    t = pq.on_receive_started(pq.receive_plan(37.0), 37.0)
+    pq.on_received(t, 0, 0, 57.0)
+    assert pq.chained and not pq.active  # idle again, its next poll continuing from this one
+
+
 def test_batch_size_comes_from_settings() -> None:
     budget = QueueBudget()
     budget.apply_settings(

@@ -109,6 +109,16 @@ def test_a_push_consumers_deadline_leaves_the_server_more_than_a_request_timeout
         assert settings.push_receive_deadline - settings.push_long_polling == 3.0 + 5.0
 
 
+def test_a_chains_first_push_poll_spreads_between_the_proxys_minimum_and_the_whole_long_polling() -> None:
+    c = ClientSettings.for_consumer()
+    assert c.push_spread_poll(0.0) == 5.0 and c.push_spread_poll(0.5) == 12.5
+    assert c.push_spread_poll(0.999) < c.push_long_polling == 20.0
+    assert c.push_spread_poll(1.5) == 20.0 and c.push_spread_poll(-1.0) == 5.0  # clamped to [0, 1]
+    # a long polling at the minimum leaves nothing to spread
+    shorter = merge(c, ServerSettings(long_polling_timeout=2))
+    assert shorter.push_spread_poll(0.7) == 5.0
+
+
 def test_a_receive_waits_for_its_connection_out_of_its_long_poll_never_below_the_minimum() -> None:
     # Defaults: 20 s poll + 3 s request timeout; the wait may take all but the 5 s minimum poll + 1 s.
     timeout = receive_deadline(20.0, 3.0)

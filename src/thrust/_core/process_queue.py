@@ -205,6 +205,7 @@ class ProcessQueue:
         "budget",
         "cached_bytes",
         "cached_count",
+        "chained",
         "dropped",
         "in_flight",
         "queue",
@@ -228,6 +229,10 @@ class ProcessQueue:
         # Demand (module doc): a new queue is idle until a receive brings something.
         self.active = False
         self._last_empty = True
+        # Whether the last receive ended empty (a long poll that ran out): the next idle receive then
+        # continues a chain of polls, back to back; a new queue's, or one after a failure or after
+        # messages, starts one (`ClientSettings.push_spread_poll`).
+        self.chained = False
         # Ids of receives that failed or came back empty: reused by the next receive, so that the broker can
         # re-serve the same (FIFO) batch (docs/protocol.md §6.1). One per concurrent receive: concurrent
         # receives must not share an id, or the broker would treat the second as a retry of the first.
@@ -338,9 +343,11 @@ class ProcessQueue:
             self._spare_attempt_ids.append(ticket.attempt_id)
         if n > 0 or ticket.arrived > 0:
             self._last_empty = False
+            self.chained = False
             self._set_active(True)
         else:
             self._last_empty = True
+            self.chained = True
             if self.cached_count == 0:
                 self._set_active(False)
 
@@ -354,6 +361,7 @@ class ProcessQueue:
         """
         if not self._close(ticket, now):
             return 0.0
+        self.chained = False
         if not ticket.handed_over:
             self._spare_attempt_ids.append(ticket.attempt_id)
         if self.dropped:

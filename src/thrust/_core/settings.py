@@ -101,6 +101,19 @@ class ClientSettings:
         asks, raised to the proxy's 5 s minimum."""
         return max(MIN_POLLING_SECONDS, self.long_polling_timeout)
 
+    def push_spread_poll(self, phase: float) -> float:
+        """The long polling of a push consumer's idle poll that starts a chain (`ProcessQueue.chained`): at
+        `phase` (in [0, 1)) between the proxy's 5 s minimum and `push_long_polling`.
+
+        An idle queue polls back to back, each empty answer at the end of its long polling, so a chain keeps
+        the phase it started with. Queues created together (a consumer of 1,000 topics starts 2,000 polls
+        within a second or two), or retried together after their channel failed, would otherwise be
+        answered together, every long polling, for as long as they stay idle: a burst of thousands of
+        answers and new polls on client and server that a busy topic's receives wait behind. A chain's
+        first poll of a random length spreads them over the long polling instead."""
+        full = self.push_long_polling
+        return MIN_POLLING_SECONDS + min(max(phase, 0.0), 1.0) * (full - MIN_POLLING_SECONDS)
+
     @property
     def push_receive_deadline(self) -> float:
         """Deadline of one push ReceiveMessage: `receive_deadline` and `PUSH_POLL_HEADROOM` more.

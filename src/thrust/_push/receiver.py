@@ -5,6 +5,7 @@ decoded, cached and handed to the listener pool (bench scenario 6; docs/benchmar
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from collections.abc import Callable, Sequence
 
@@ -95,12 +96,14 @@ class QueueReceiver:
         client: object,
         on_corrupted: Callable[[_Queue, Sequence[convert.Corrupted]], None],
         spawn: Spawn,
+        phase: Callable[[], float] = random.random,
     ) -> None:
         self._fifo_parallel_groups = fifo_parallel_groups
         self._instrumentation = instrumentation
         self._client = client
         self._on_corrupted = on_corrupted
         self._spawn = spawn
+        self._phase = phase  # where in the long polling a chain of idle polls starts, in [0, 1)
         self._session: ClientSession | None = None
         self._submit: Submit | None = None
         self._closing = False
@@ -139,8 +142,11 @@ class QueueReceiver:
                 await q.event.wait()
                 continue
             idle = not pq.active
+            # an idle queue's poll that does not follow an empty one starts a chain: of a random length
+            # (`ClientSettings.push_spread_poll`), so that chains started together do not stay in step
+            spread = idle and not pq.chained
             ticket = pq.on_receive_started(n, now)
-            task = spawn(self._receive(q, ticket, idle), None)
+            task = spawn(self._receive(q, ticket, idle, spread), None)
             q.receivers.add(task)
             task.add_done_callback(q.receivers.discard)
 
@@ -148,23 +154,28 @@ class QueueReceiver:
         q.timer = None
         q.event.set()
 
-    async def _receive(self, q: _Queue, ticket: ReceiveTicket, idle: bool = False) -> None:
+    async def _receive(
+        self, q: _Queue, ticket: ReceiveTicket, idle: bool = False, spread: bool = False
+    ) -> None:
         """One ReceiveMessage on `q`. Its first message goes to the listener as soon as it arrives, the rest
         together when the stream ends (`_Stream`). An idle queue's receive renews its empty long polls
         itself on the native transport (`Renewal`): the loop then wakes for an idle queue once in
         `renewal_window` rather than once a long poll (a consumer of 1,000 topics keeps 2,000 idle polls;
-        docs/benchmarks.md, "A consumer of a thousand topics")."""
+        docs/benchmarks.md, "A consumer of a thousand topics"). A `spread` receive (the first of a chain of
+        idle polls) asks for a long polling of random length and is not renewed: the polls after it keep
+        the phase it gives them."""
         session = self.session
         settings = session.settings
         request = spb.ReceiveMessageRequest()
         assert q.request is not None
         request.CopyFrom(q.request)
         request.batch_size = ticket.requested
-        request.long_polling_timeout.CopyFrom(convert.duration(settings.push_long_polling))
+        poll = settings.push_spread_poll(self._phase()) if spread else settings.push_long_polling
+        request.long_polling_timeout.CopyFrom(convert.duration(poll))
         request.attempt_id = ticket.attempt_id
         stream = _Stream(self, q, ticket)
         renewal = None
-        if idle:
+        if idle and not spread:
             renewal = q.renewal = Renewal(q.pq.budget.renewal_window)
         try:
             result = await session.receive(
