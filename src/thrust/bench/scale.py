@@ -11,7 +11,8 @@ honest count of what the client asked):
 2. the consumer of N topics (`scale-0` .. `scale-N-1`; `scale-0` is the hot one), once every assigned queue
    exists: an idle window of `idle_seconds` in which nothing is sent. Client CPU % of one core (this
    process's user + system time over the window), its RSS, asyncio tasks and threads, the server's calls
-   per second by RPC, and the long polls parked on the server at the end;
+   per second by RPC, the most ReceiveMessage calls the consumer began in one second of the window (idle
+   polls in step come back in bursts), and the long polls parked on the server at the end;
 3. first-message latency on quiet topics: one message sent to each of `quiet_probes` quiet topics, one
    at a time, send -> listener call;
 4. the hot topic among the quiet ones: the same drain and paced run on `scale-0`; `hot_ratio` is its drain
@@ -110,6 +111,10 @@ class ScaleRow:
     threads: int | None = None
     rpcs_per_second: dict[str, float] = dataclasses.field(default_factory=dict)  # the embedded server's
     client_rpcs_per_second: dict[str, float] = dataclasses.field(default_factory=dict)  # the consumer's
+    # The most ReceiveMessage calls the consumer began in one second of the idle window (the mean is in
+    # `client_rpcs_per_second`): idle polls answered together come back in bursts, which a hot topic's
+    # receives wait behind.
+    receive_peak_per_second: int | None = None
     parked_polls: int | None = None  # on the embedded server
     receives_in_flight: int | None = None  # the consumer's long polls open
     first_message_ms: list[float] = dataclasses.field(default_factory=list)
@@ -134,6 +139,20 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     ordered = sorted(values)
     rank = max(0, min(len(ordered) - 1, math.ceil(q * len(ordered)) - 1))
     return ordered[rank]
+
+
+async def _receive_peak(consumer: PushConsumer, seconds: float) -> int:
+    """Sleep `seconds`, counting the consumer's ReceiveMessage calls second by second: the largest count."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + seconds
+    last = consumer.session.calls().get("ReceiveMessage", 0)
+    peak = 0
+    while (left := end - loop.time()) > 0:
+        await asyncio.sleep(min(1.0, left))
+        now = consumer.session.calls().get("ReceiveMessage", 0)
+        peak = max(peak, now - last)
+        last = now
+    return peak
 
 
 def _rss_mib() -> float:
@@ -428,7 +447,7 @@ class _Run:
         scpu0 = await asyncio.to_thread(target.cpu)
         calls0 = dict(consumer.session.calls())
         cpu0, t0 = _cpu(), time.perf_counter()
-        await asyncio.sleep(self.o.idle_seconds)
+        peak = await _receive_peak(consumer, self.o.idle_seconds)
         cpu1, t1 = _cpu(), time.perf_counter()
         calls1 = dict(consumer.session.calls())
         server_calls = await asyncio.to_thread(target.calls)
@@ -447,6 +466,7 @@ class _Run:
             for k, v in sorted(calls1.items())
             if v > calls0.get(k, 0)
         }
+        row.receive_peak_per_second = peak
         row.parked_polls = await asyncio.to_thread(target.polls, group)
         row.receives_in_flight = consumer.stats().receives_in_flight
 
@@ -485,7 +505,8 @@ class _Run:
                 self.say(
                     f"{kind} x {n}: idle client CPU {row.cpu_percent} %, RSS {row.rss_mib} MiB,"
                     f" {row.tasks} tasks, {row.threads} threads, calls/s {self._calls(row)},"
-                    f" {row.receives_in_flight} long polls open"
+                    f" {row.receives_in_flight} long polls open,"
+                    f" at most {row.receive_peak_per_second} ReceiveMessage in a second"
                 )
                 quiet = topics[1:]
                 step = max(1, len(quiet) // max(1, o.quiet_probes))
