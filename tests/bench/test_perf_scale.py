@@ -73,7 +73,7 @@ def test_perf_scale_reports_queues_polls_calls_and_the_hot_topic(tmp_path: Path)
         # idle: one long poll per queue parked on the server, none per `receives_per_queue`, and as
         # many open on the client
         assert row["parked_polls"] == 6 and row["receives_in_flight"] == 6
-        assert 0 <= row["receive_peak_per_second"] <= 6  # none renewed twice within the 1 s window
+        assert 0 <= row["receive_peak_per_second"] <= 6  # polls of 5 s or more: one a queue in 1 s at most
         assert row["server"] == "embedded"
         assert row["tasks"] > 0 and row["threads"] > 0 and row["rss_mib"] > 0
         assert row["cpu_percent"] is not None and row["server_cpu_percent"] is not None
