@@ -3,7 +3,7 @@ without waking the event loop (`thrust._io.rpc.Renewal`), ended when the queue i
 spread phases (`ClientSettings.push_spread_poll`).
 
 The embedded server's `Faults.fail_next(ReceiveMessage, MESSAGE_NOT_FOUND)` answers a poll empty at once,
-as a long poll that ran out does, so the renewals take milliseconds instead of 15 s each.
+as a long poll that ran out does, so the renewals take milliseconds instead of 20 s each.
 """
 
 from __future__ import annotations

@@ -96,14 +96,12 @@ class QueueReceiver:
         client: object,
         on_corrupted: Callable[[_Queue, Sequence[convert.Corrupted]], None],
         spawn: Spawn,
-        phase: Callable[[], float] = random.random,
     ) -> None:
         self._fifo_parallel_groups = fifo_parallel_groups
         self._instrumentation = instrumentation
         self._client = client
         self._on_corrupted = on_corrupted
         self._spawn = spawn
-        self._phase = phase  # where in the long polling a chain of idle polls starts, in [0, 1)
         self._session: ClientSession | None = None
         self._submit: Submit | None = None
         self._closing = False
@@ -170,7 +168,7 @@ class QueueReceiver:
         assert q.request is not None
         request.CopyFrom(q.request)
         request.batch_size = ticket.requested
-        poll = settings.push_spread_poll(self._phase()) if spread else settings.push_long_polling
+        poll = settings.push_spread_poll(random.random()) if spread else settings.push_long_polling
         request.long_polling_timeout.CopyFrom(convert.duration(poll))
         request.attempt_id = ticket.attempt_id
         stream = _Stream(self, q, ticket)
