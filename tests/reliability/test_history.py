@@ -298,6 +298,24 @@ def test_copies_per_send_scales_the_window() -> None:
     assert check(rec, copies_per_send=2).p2.ok
 
 
+def test_send_that_outlasted_an_attempt_timeout_may_be_stored_once_per_timed_out_attempt() -> None:
+    """No fault: a send that took 2.5 request timeouts had at most two attempts end at their deadline, each
+    of which may have been stored before the retry; a send quicker than one timeout had none."""
+    rec = clean()
+    op = rec.invoke("x", t=100.0)
+    rec.ok(op, "id-x", t=105.0)
+    for _ in range(3):
+        consume(rec, "x", attempt=1)  # the timed-out attempts and the last one, all stored
+    assert check(rec).p2.ok is False
+    assert check(rec, attempt_timeout=2.0, copies_per_send=3).duplicate_window == 2
+    assert check(rec, attempt_timeout=2.0, copies_per_send=3).p2.ok
+    # At most copies_per_send, however long the send took.
+    assert check(rec, attempt_timeout=2.0, copies_per_send=1).p2.ok is False
+    # Too quick for a timed-out attempt: the copies are a defect.
+    assert check(rec, attempt_timeout=6.0, copies_per_send=3).duplicate_window == 0
+    assert check(rec, attempt_timeout=6.0, copies_per_send=3).p2.ok is False
+
+
 # P3 -----------------------------------------------------------------------------------------------
 
 

@@ -488,6 +488,7 @@ def check(
     call_bound: float | None = None,
     recovery_bound: float = 15.0,
     copies_per_send: int = 1,
+    attempt_timeout: float | None = None,
     examples: int = 5,
 ) -> Report:
     """Check a drained history.
@@ -497,7 +498,11 @@ def check(
     `call_bound`: P3, the longest a send may take from invoke to completion (seconds).
     `recovery_bound`: P4, from a fault's heal to the next OK send / first delivery (docs/reliability.md §1: 15
     s). `copies_per_send`: how many duplicates one at-risk send may cause (the producer's max attempts minus
-    one, plus one for an application resend); scales the P2 window.
+    one, plus one for an application resend); scales the P2 window. `attempt_timeout`: the producer's
+    request timeout, the deadline of each attempt. A send that took longer than that had an attempt end at
+    its deadline with its outcome unknown, and the retry may have stored the message again under the same
+    id (at-least-once, docs/protocol.md §5.2, §5.6): such a send widens the P2 window by the attempts that
+    can have timed out within its duration, at most `copies_per_send`, fault or no fault.
     """
     hist = history.snapshot() if isinstance(history, HistoryRecorder) else history
     events = hist.events
@@ -623,7 +628,8 @@ def check(
     redeliveries = sum(n for c, n in causes.items() if c not in _PRODUCER_CAUSES and c != CAUSE_REQUESTED)
 
     # P2 window: un-acked deliveries and in-flight sends at each fault start, plus every send with a
-    # failed/unknown outcome and every delivery whose ack failed or never happened (P2).
+    # failed/unknown outcome and every delivery whose ack failed or never happened (P2), plus (given
+    # `attempt_timeout`) the attempts that can have timed out within an OK send that outlasted one.
     at_risk_deliveries: set[int] = set()
     at_risk_sends: set[int] = set()
     for d in deliveries:
@@ -644,6 +650,12 @@ def check(
             if inv.t <= f.t and (c is None or c.t > f.t):
                 at_risk_sends.add(seq)
     window = len(at_risk_deliveries) + copies_per_send * len(at_risk_sends)
+    if attempt_timeout is not None:
+        for seq, c in done.items():
+            if seq in at_risk_sends or seq not in invokes:
+                continue
+            timed_out = int((c.t - invokes[seq].t) // attempt_timeout)
+            window += min(copies_per_send, timed_out)
 
     # Order within message groups.
     order_violations: list[OrderViolation] = []
