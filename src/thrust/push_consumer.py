@@ -182,10 +182,10 @@ class PushConsumer:
         shutdown_grace: seconds `close()` lets running listener calls finish.
         scan_interval: seconds between assignment scans of each topic (Java 5 s), or longer when
             `max_scan_rate` demands it.
-        max_scan_rate: at most this many periodic assignment scans a second over all the topics, spread
-            out (default 20): a consumer of 1,000 topics scans each every 50 s rather than every 5 s (Java
-            scans every topic every 5 s: 200 QueryAssignment a second). A topic's first scan and a scan after
-            its route changed are not held by it (`thrust._core.scan_schedule`).
+        max_scan_rate: at most this many periodic assignment scans a second over all the topics, started
+            together once a second (default 20): a consumer of 1,000 topics scans each every 50 s rather
+            than every 5 s (Java scans every topic every 5 s: 200 QueryAssignment a second). A topic's first
+            scan and a scan after its route changed are not held by it (`thrust._core.scan_schedule`).
     """
 
     def __init__(

@@ -1,13 +1,19 @@
 """When a push consumer scans each topic's assignment (QueryAssignment): every `interval` seconds per topic,
-but at most `max_rate` periodic scans a second over all topics, spread out rather than all at once.
+but at most `max_rate` periodic scans a second over all topics, started in rounds a second apart.
 
 Java's push consumer scans every subscribed topic every 5 s (`PushConsumerImpl.scanAssignments`), which a
 consumer of 1,000 topics turns into 200 QueryAssignment a second for assignments that rarely change: most
 of its idle CPU (docs/benchmarks.md, "A consumer of a thousand topics"). Here each topic is scanned again
-`period` seconds after its last scan, `period = max(interval, topics / max_rate)`, and periodic scans start
-at least `1 / max_rate` apart, so they stay spread over the period. A topic's first scan and a scan asked
-for by a route change (`request`) are *urgent*: due at once and not held by the rate, since a consumer
-has no queues of the topic before its first scan, and a route change may have moved them.
+`period` seconds after its last scan, `period = max(interval, topics / max_rate)`, so they stay spread over
+the period. Periodic scans start in *rounds*, one a second at most (one an interval when that is shorter,
+one every `1 / max_rate` seconds when that is longer): a round starts together the periodic scans that
+fell due before it, `max_rate` per second of round at most. Started in one iteration of the loop, the calls
+go out in one write and their answers come back together, so the client and the server each wake a few
+times a round rather than two or three times a scan, 50 ms apart (docs/benchmarks.md, "Assignment scans in
+rounds"). Below the rate a topic waits at most one round past its due time; above it, the oldest due go
+first. A topic's first scan and a scan asked for by a route change (`request`) are *urgent*: due at once
+and not held by the rate or the round, since a consumer has no queues of the topic before its first scan,
+and a route change may have moved them.
 
 Pure: no I/O, the time is passed in. The io layer loops:
 
@@ -31,12 +37,16 @@ class ScanSchedule:
     """The due time of every topic's next scan; see the module doc."""
 
     __slots__ = (
+        "_budget",
+        "_burst",
         "_due",
         "_heap",
         "_interval",
         "_max_rate",
-        "_next_slot",
+        "_next_round",
+        "_opened",
         "_rerun",
+        "_round",
         "_running",
         "_topics",
         "_urgent",
@@ -53,7 +63,16 @@ class ScanSchedule:
         self._urgent: dict[str, None] = {}  # insertion-ordered set: first come, first scanned
         self._running: set[str] = set()
         self._rerun: set[str] = set()  # asked for while running: urgent again once done
-        self._next_slot = float("-inf")  # the earliest start of the next periodic scan
+        # Rounds: `_round` seconds apart at least, `_burst` periodic scans each (so `max_rate` a second at
+        # most) of those due when it began, `_budget` of them left in the round begun last (the caller may
+        # hold some back, `MAX_CONCURRENT_SCANS`), the next round not before `_next_round`.
+        # A round is a second, or the interval when shorter (a scan_interval under a second keeps its
+        # meaning), or `1 / max_rate` when longer (one scan a round).
+        self._round = max(1.0 / max_rate, min(1.0, interval))
+        self._burst = max(1, int(max_rate * self._round + 1e-9))
+        self._budget = 0
+        self._opened = float("-inf")  # when the last round began
+        self._next_round = float("-inf")
 
     @property
     def period(self) -> float:
@@ -96,12 +115,19 @@ class ScanSchedule:
             if self._due.get(topic) != due:
                 heapq.heappop(heap)  # stale: rescheduled, made urgent, or unsubscribed since
                 continue
-            start = max(due, self._next_slot)
-            if start > now:
-                return None, start
+            if due > now:
+                # Not due yet: it waits for the first round at or after its due time.
+                return None, max(due, self._next_round)
+            if now >= self._next_round:
+                self._budget = self._burst
+                self._opened = now
+                self._next_round = now + self._round
+            elif self._budget <= 0 or due > self._opened:
+                # The round is spent, or this scan fell due after it began: the next round starts it.
+                return None, self._next_round
             heapq.heappop(heap)
             del self._due[topic]
-            self._next_slot = now + 1.0 / self._max_rate
+            self._budget -= 1
             return topic, None
         return None, None
 

@@ -129,9 +129,9 @@ class AssignmentScanner:
         schedule = self._schedule
         wake = self._scan_wake
         loop = asyncio.get_running_loop()
-        # One timer for the next due scan, kept while the due time stands: the loop wakes two or three
-        # times per scan (it starts, its slot frees), and an `asyncio.timeout` per wait made and cancelled
-        # a timer each time, a fifth of an idle 1,000-topic consumer's loop time.
+        # One timer for the next round of scans, kept while its time stands: the loop wakes for each round
+        # and as its scans end, and an `asyncio.timeout` per wait made and cancelled a timer each time, a
+        # fifth of an idle 1,000-topic consumer's loop time when scans started one by one.
         timer: asyncio.TimerHandle | None = None
         timer_due: float | None = None
 
