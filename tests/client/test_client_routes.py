@@ -7,6 +7,9 @@ from typing import Any
 import thrust
 from tests.client._util import run
 from tests.support import until
+from thrust._codec.status import Code
+from thrust._io.session import ROUTE_REFRESH_CONCURRENCY
+from thrust.server.faults import Rpc
 from thrust.testing import embedded_server
 
 
@@ -43,5 +46,45 @@ def test_session_of_a_broker_that_left_every_route_is_closed() -> None:
                 receipts = [await p.send(thrust.Message(topic="t", body=b"x")) for _ in range(4)]
                 assert len(receipts) == 4
                 assert session.open_sessions() == [first]
+
+    run(scenario)
+
+
+def test_a_refresh_round_fetches_its_routes_together_bounded_and_reports_a_failure() -> None:
+    """The routes of a refresh round are fetched concurrently, ROUTE_REFRESH_CONCURRENCY at a time (so the
+    loop wakes a few times a round, not twice a route); a fetch that fails keeps its old route, is reported,
+    and does not stop the others."""
+    topics = [f"t{i}" for i in range(40)]
+
+    async def scenario() -> None:
+        async with embedded_server(topics=topics) as srv:
+            async with thrust.Producer(endpoints=srv.endpoints[0], topics=topics) as p:
+                session = p.session
+                fetch = session._fetch_route
+                in_flight = 0
+                most = 0
+                fetched: list[str] = []
+
+                async def counting(topic: str) -> Any:
+                    nonlocal in_flight, most
+                    in_flight += 1
+                    most = max(most, in_flight)
+                    try:
+                        return await fetch(topic)
+                    finally:
+                        in_flight -= 1
+                        fetched.append(topic)
+
+                session._fetch_route = counting  # type: ignore[method-assign]
+                before = session.routes.get("t0")
+                srv.faults.fail_next(Rpc.QUERY_ROUTE, Code.INTERNAL_ERROR)
+                assert await session._refresh(topics) is True
+                assert sorted(fetched) == sorted(topics)
+                assert most == ROUTE_REFRESH_CONCURRENCY  # 32 together, then the other 8
+                assert session.routes.get("t0") is not None and before is not None
+                fetched.clear()
+                most = 0
+                assert await session._refresh(topics) is False
+                assert most == ROUTE_REFRESH_CONCURRENCY and len(fetched) == len(topics)
 
     run(scenario)
