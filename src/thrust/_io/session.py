@@ -62,7 +62,8 @@ ROUTE_REFRESH_INTERVAL = 30.0
 # (a consumer of 1,000 topics fetches them over a second or two) are refreshed in a round or two instead
 # of a round each, woken every 50 ms.
 ROUTE_REFRESH_AHEAD = 1.0
-# Route fetches of one refresh round in flight at once (Java refreshes every route at once every 30 s).
+# Route fetches of one refresh round in flight at once (Java fetches every route at once every 30 s:
+# `ClientImpl.updateRouteCache`, apache/rocketmq-clients).
 ROUTE_REFRESH_CONCURRENCY = 32
 # Java waits 3 s + request timeout for the first Settings answer of a new endpoint (docs/protocol.md §4.5).
 SETTINGS_WAIT_EXTRA = 3.0
