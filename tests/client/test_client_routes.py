@@ -76,12 +76,14 @@ def test_a_refresh_round_fetches_its_routes_together_bounded_and_reports_a_failu
                         fetched.append(topic)
 
                 session._fetch_route = counting  # type: ignore[method-assign]
-                before = session.routes.get("t0")
+                before = {t: session.routes.get(t) for t in topics}
                 srv.faults.fail_next(Rpc.QUERY_ROUTE, Code.INTERNAL_ERROR)
                 assert await session._refresh(topics) is True
                 assert sorted(fetched) == sorted(topics)
                 assert most == ROUTE_REFRESH_CONCURRENCY  # 32 together, then the other 8
-                assert session.routes.get("t0") is not None and before is not None
+                for t in topics:  # the failed topic kept its route, the others got the same queues again
+                    old, new = before[t], session.routes.get(t)
+                    assert old is not None and new is not None and new.queues == old.queues
                 fetched.clear()
                 most = 0
                 assert await session._refresh(topics) is False
