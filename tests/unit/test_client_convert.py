@@ -13,6 +13,7 @@ from thrust._core.backoff import RetryPolicy
 from thrust._core.endpoints import parse_endpoint
 from thrust._core.settings import ClientSettings, merge
 from thrust._proto.apache.rocketmq.v2 import definition_pb2 as pb
+from thrust._proto.apache.rocketmq.v2 import service_pb2 as spb
 from thrust.message import FilterExpression, Message, MessageType
 
 
@@ -140,3 +141,43 @@ def test_endpoints_and_filters() -> None:
     f = convert.filter_expression(FilterExpression.sql("a > 1"))
     assert (f.type, f.expression) == (pb.SQL, "a > 1")
     assert convert.filter_expression("a||b").type == pb.TAG
+
+
+def _route_answer(*brokers: str, permission: int = pb.READ_WRITE) -> object:
+    """A QueryRoute answer's `message_queues`, one queue per broker."""
+    response = spb.QueryRouteResponse()
+    for name in brokers:
+        mq = response.message_queues.add(id=0, permission=permission)
+        mq.topic.name = "t"
+        mq.broker.name = name
+        mq.broker.endpoints.scheme = pb.IPv4
+        mq.broker.endpoints.addresses.add(host="127.0.0.1", port=8081)
+    # Parsed from the wire, as every answer is: equal answers are different objects.
+    return spb.QueryRouteResponse.FromString(response.SerializeToString()).message_queues
+
+
+def test_queues_memo_converts_an_answer_only_when_it_differs_from_the_topics_last(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    conversions: list[str] = []
+    convert_queues = convert.route_queues_from_pb
+
+    def counting(topic: str, message_queues: object) -> list[object]:
+        conversions.append(topic)
+        return convert_queues(topic, message_queues)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(convert, "route_queues_from_pb", counting)
+    memo = convert.QueuesMemo()
+    first = memo.queues("t", _route_answer("a", "b"))
+    assert [q.broker_name for q in first] == ["a", "b"]
+    assert memo.queues("t", _route_answer("a", "b")) is first  # equal: not converted again
+    assert conversions == ["t"]
+    # Another topic with an equal answer is its own entry; a changed answer (a broker gone, a permission
+    # changed) is converted and replaces the last one.
+    assert [q.topic for q in memo.queues("u", _route_answer("a", "b"))] == ["t", "t"]
+    fewer = memo.queues("t", _route_answer("a"))
+    assert [q.broker_name for q in fewer] == ["a"]
+    read_only = memo.queues("t", _route_answer("a", permission=pb.READ))
+    assert [q.readable and not q.writable for q in read_only] == [True]
+    assert memo.queues("t", _route_answer("a", permission=pb.READ)) is read_only
+    assert conversions == ["t", "u", "t", "t"]

@@ -363,6 +363,32 @@ def route_queues_from_pb(topic: str, message_queues: Iterable[Any]) -> list[Rout
     return out
 
 
+class QueuesMemo:
+    """`route_queues_from_pb` for one owner's repeated answers, per topic: an answer whose protobuf equals
+    the topic's last one (a comparison in protobuf's C code) gets the queues converted then, not converted
+    again. A consumer of 1,000 topics gets 20-30 QueryAssignment and QueryRoute answers a second while
+    idle, nearly all unchanged, and converting them was about a quarter of its event loop's work
+    (docs/benchmarks.md, "Unchanged answers"). The memory is the last answer per topic, as the route cache
+    keeps the last route."""
+
+    __slots__ = ("_last",)
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[Any, tuple[RouteQueue, ...]]] = {}
+
+    def queues(
+        self, topic: str, answer: Any, message_queues: Iterable[Any] | None = None
+    ) -> tuple[RouteQueue, ...]:
+        """The `RouteQueue`s of `answer` (a repeated protobuf field), converted from `message_queues` (by
+        default `answer` itself) unless `answer` equals the last one given for `topic`."""
+        last = self._last.get(topic)
+        if last is not None and last[0] == answer:
+            return last[1]
+        queues = tuple(route_queues_from_pb(topic, answer if message_queues is None else message_queues))
+        self._last[topic] = (answer, queues)
+        return queues
+
+
 def message_queue_to_pb(queue: RouteQueue, namespace: str) -> pb.MessageQueue:
     """The `MessageQueue` for a ReceiveMessage / QueryAssignment request."""
     return pb.MessageQueue(

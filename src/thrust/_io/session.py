@@ -185,6 +185,7 @@ class ClientSession:
         self._calls: dict[str, int] = {}
         self._sessions: dict[Endpoint, asyncio.Task[EndpointSession]] = {}
         self.routes = RouteCache(route_refresh_interval)
+        self._route_answers = convert.QueuesMemo()  # the last QueryRoute answer per topic, converted
         self.isolation = Isolation()
         self._route_tasks: dict[str, asyncio.Task[TopicRoute]] = {}
         self._route_listeners: list[Callable[[str, TopicRoute], None]] = []
@@ -655,7 +656,7 @@ class ClientSession:
     async def _fetch_route(self, topic: str) -> TopicRoute:
         request = spb.QueryRouteRequest(topic=self.resource(topic), endpoints=self.access_point_pb)
         response = await self.call(self.access_point, "QueryRoute", request, need_session=False)
-        return self.apply_route(topic, convert.route_queues_from_pb(topic, response.message_queues))
+        return self.apply_route(topic, self._route_answers.queues(topic, response.message_queues))
 
     def apply_route(self, topic: str, queues: Iterable[RouteQueue]) -> TopicRoute:
         """Store a freshly fetched route of `topic` and act on it (no I/O here, tasks only):

@@ -72,6 +72,10 @@ class AssignmentScanner:
         self._spawn = spawn
         self._session: ClientSession | None = None
         self._table = AssignmentTable()
+        self._answers = convert.QueuesMemo()  # the last QueryAssignment answer per topic, converted
+        self._applied: dict[
+            str, Sequence[RouteQueue]
+        ] = {}  # per topic, the answer `_apply_assignment` applied
         self.queues: dict[QueueId, _Queue] = {}
         # Dropped queues whose receives are still in flight (`_drop_queue`), for close to cancel.
         self._retired: set[_Queue] = set()
@@ -202,7 +206,7 @@ class AssignmentScanner:
         self._schedule.request(topic)
         self._scan_wake.set()
 
-    async def _query_assignment(self, topic: str, route: TopicRoute) -> list[RouteQueue]:
+    async def _query_assignment(self, topic: str, route: TopicRoute) -> Sequence[RouteQueue]:
         """The queues QueryAssignment assigns to this client for `topic` (docs/protocol.md §3.3, §3.4)."""
         session = self.session
         endpoint = self._selector.pick(route, session.access_point)
@@ -214,7 +218,8 @@ class AssignmentScanner:
             endpoints=session.access_point_pb,
         )
         response = await session.call(endpoint, "QueryAssignment", request)
-        return convert.route_queues_from_pb(topic, (a.message_queue for a in response.assignments))
+        assignments = response.assignments
+        return self._answers.queues(topic, assignments, (a.message_queue for a in assignments))
 
     async def _scan(self, topic: str, route: TopicRoute) -> None:
         assigned = await self._query_assignment(topic, route)
@@ -225,8 +230,13 @@ class AssignmentScanner:
     def _apply_assignment(self, topic: str, assigned: Sequence[RouteQueue]) -> None:
         """Drop and create only this topic's queues (bench scenario 5b)."""
         now = time.monotonic()
-        by_id = {q.id: q for q in assigned if q.topic == topic and q.readable}
         expired = [qid for qid in self._table.queues(topic) if self.queues[qid].expired(now)]
+        if not expired and self._applied.get(topic) is assigned:
+            # The answer last applied, again (`QueuesMemo` returns it for an unchanged answer): the table,
+            # which only this method changes, already matches it.
+            return
+        self._applied[topic] = assigned
+        by_id = {q.id: q for q in assigned if q.topic == topic and q.readable}
         diff = self._table.sync(topic, by_id, expired)
         if not diff:
             return
