@@ -45,6 +45,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import IO, Any, Protocol
 
+from thrust._core.scan_schedule import DEFAULT_MAX_SCAN_RATE
 from thrust.bench.cpu import proc_cpu_seconds
 from thrust.bench.server import ControlServer
 from thrust.config import ClientConfig, Transport
@@ -78,7 +79,8 @@ class ScaleOptions:
     # idle queue's work is in it once.
     idle_seconds: float = 330.0
     # After every queue exists, before the idle window; None: one assignment-scan period of the topics
-    # (`max(5, topics / 20)` s), so that the window sees the steady scan rate, not the first scans.
+    # (`max(5, topics / DEFAULT_MAX_SCAN_RATE)` s), so that the window sees the steady scan rate, not the
+    # first scans.
     settle_seconds: float | None = None
     quiet_probes: int = 5
     hot_messages: int = 20_000
@@ -441,7 +443,7 @@ class _Run:
         """The idle window: nothing is sent; what the client and the server spend."""
         target = self.target
         settle = self.o.settle_seconds
-        await asyncio.sleep(max(5.0, scanned_topics / 20) if settle is None else settle)
+        await asyncio.sleep(max(5.0, scanned_topics / DEFAULT_MAX_SCAN_RATE) if settle is None else settle)
         gc.collect()
         await asyncio.to_thread(target.reset_calls)
         scpu0 = await asyncio.to_thread(target.cpu)
