@@ -365,11 +365,11 @@ def route_queues_from_pb(topic: str, message_queues: Iterable[Any]) -> list[Rout
 
 class QueuesMemo:
     """`route_queues_from_pb` for one owner's repeated answers, per topic: an answer whose protobuf equals
-    the topic's last one (a comparison in protobuf's C code) gets the queues converted then, not converted
-    again. A consumer of 1,000 topics gets 20-30 QueryAssignment and QueryRoute answers a second while
-    idle, nearly all unchanged, and converting them was about a quarter of its event loop's work
-    (docs/benchmarks.md, "Unchanged answers"). The memory is the last answer per topic, as the route cache
-    keeps the last route."""
+    the topic's last one (a comparison in protobuf's C code) gets the queues converted from that one, the
+    same tuple, instead of a new conversion. A consumer of 1,000 topics gets 20-30 QueryAssignment and
+    QueryRoute answers a second while idle, nearly all unchanged, and converting them was about a quarter
+    of its event loop's work (docs/benchmarks.md, "Unchanged answers"). The memory is the last answer per
+    topic, as the route cache keeps the last route."""
 
     __slots__ = ("_last",)
 

@@ -73,9 +73,8 @@ class AssignmentScanner:
         self._session: ClientSession | None = None
         self._table = AssignmentTable()
         self._answers = convert.QueuesMemo()  # the last QueryAssignment answer per topic, converted
-        self._applied: dict[
-            str, Sequence[RouteQueue]
-        ] = {}  # per topic, the answer `_apply_assignment` applied
+        # Per topic, the answer `_apply_assignment` applied last.
+        self._applied: dict[str, Sequence[RouteQueue]] = {}
         self.queues: dict[QueueId, _Queue] = {}
         # Dropped queues whose receives are still in flight (`_drop_queue`), for close to cancel.
         self._retired: set[_Queue] = set()
