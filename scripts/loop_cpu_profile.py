@@ -6,7 +6,9 @@ a thrust command (`thrust perf scale ...`) in this process with a CPU-time sampl
 (where the command's event loop runs): `ITIMER_PROF` ticks with the process's CPU time, and each tick
 records the main thread's Python stack. Ticks that find it waiting in the selector are counted apart, so
 the rest is the loop's own work, in proportion to where its CPU went (ticks earned by other threads'
-CPU land on the selector too, and are among those counted apart).
+CPU land on the selector too, and are among those counted apart). Python runs the handler between the main
+thread's bytecodes, and ticks that come while one is pending are merged: the counts are shares, not CPU
+seconds.
 
     .venv/bin/python scripts/loop_cpu_profile.py --start 120 --duration 90 --out loop.txt -- \\
         perf scale --transport native --topics 1000 --kinds normal --lite-topics 0 --idle 200 \\
@@ -20,7 +22,6 @@ stacks to `loop.txt` and prints the functions with the largest inclusive share o
 from __future__ import annotations
 
 import argparse
-import atexit
 import collections
 import os
 import signal
@@ -89,7 +90,7 @@ def main() -> None:
             stacks[_stack(frame)] += 1
 
     def stop() -> None:
-        # Before the interpreter tears down the handler: SIGPROF's default action ends the process.
+        # Before the handler goes with the interpreter: SIGPROF's default action ends the process.
         signal.setitimer(signal.ITIMER_PROF, 0)
         with open(args.out, "w") as f:
             for stack, n in stacks.items():
@@ -98,14 +99,12 @@ def main() -> None:
 
     signal.signal(signal.SIGPROF, tick)
     signal.setitimer(signal.ITIMER_PROF, args.interval, args.interval)
-    atexit.register(stop)
     from thrust.cli.main import main as thrust_main
 
     try:
         code = thrust_main(command)
-    finally:
+    finally:  # SystemExit and KeyboardInterrupt included
         stop()
-        atexit.unregister(stop)
     summary(args.out)
     sys.exit(code)
 

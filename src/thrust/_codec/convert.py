@@ -1,4 +1,5 @@
-"""Protobuf <-> public domain types. Pure functions, no I/O.
+"""Protobuf <-> public domain types. Pure functions, no I/O; the one class with state, `QueuesMemo`, only
+remembers each topic's last route or assignment answer for the one object that owns it.
 
 Received messages are parsed once: the fields user code reads are copied into a slotted
 `ReceivedMessage`, the body digest is verified on the bytes as they arrived, and a GZIP body is
