@@ -225,6 +225,67 @@ def test_linger_zero_flushes_at_once_and_keys_are_separate() -> None:
     assert sorted((b.key.topic, len(b)) for b in batches) == [("other", 1), ("t", 2)]
 
 
+class _CountingKey(AckKey):
+    """An AckKey that counts how often it is hashed (the batcher's lane lookups)."""
+
+    hashes = 0
+
+    def __hash__(self) -> int:
+        type(self).hashes += 1
+        return super().__hash__()
+
+
+def test_add_many_does_what_add_does_entry_by_entry() -> None:
+    def burst() -> list[tuple[AckKey, AckEntry]]:
+        other = AckKey(EP, "g", "other")
+        return [
+            (KEY, entry(0)),
+            (KEY, entry(1, deadline=1.0)),  # past its deadline at 1.0: dropped at once
+            (other, entry(2)),
+            (KEY, entry(3)),
+            (KEY, entry(4)),  # over max_pending 3: dropped at once
+        ]
+
+    one = AckBatcher(AckConfig(max_pending=3, linger=1.0))
+    kicks = [one.add(key, e, 1.0) for key, e in burst()]
+    many = AckBatcher(AckConfig(max_pending=3, linger=1.0))
+    assert many.add_many(burst(), 1.0) is any(kicks)
+
+    def state(b: AckBatcher) -> tuple[object, ...]:
+        finished = [(e.message_id, f) for e, f in b.take_finished()]
+        batches = sorted((x.key.topic, [e.message_id for e in x.entries]) for x in b.flush_all(1.0))
+        return finished, batches, b.stats().pending
+
+    assert (
+        state(many)
+        == state(one)
+        == (
+            [("m1", Fate.DROPPED_EXPIRED), ("m4", Fate.DROPPED_OVERFLOW)],
+            [("other", ["m2"]), ("t", ["m0", "m3"])],
+            0,
+        )
+    )
+    # A burst that only adds to a lane that already waits for its linger needs no wake-up; one that fills
+    # a batch does.
+    b = AckBatcher(AckConfig(max_batch=4, linger=1.0))
+    assert b.add_many([(KEY, entry(0))], 0.0) is True
+    assert b.add_many([(KEY, entry(1)), (KEY, entry(2))], 0.0) is False
+    assert b.add_many([(KEY, entry(3))], 0.0) is True
+    with pytest.raises(ValueError):
+        b.add_many([(KEY, entry(9)), (KEY, b.flush_all(0.0)[0].entries[0])], 0.0)
+
+
+def test_add_many_looks_a_lane_up_once_per_run_of_one_key() -> None:
+    key = _CountingKey(EP, "g", "t")
+    other = _CountingKey(EP, "g", "other")
+    batcher = AckBatcher(AckConfig(linger=1.0))
+    _CountingKey.hashes = 0
+    batcher.add_many([(key, entry(i)) for i in range(32)] + [(other, entry(32)), (key, entry(33))], 0.0)
+    # key, other, key again: a lookup (and an insertion for a new lane) per run, not one per entry
+    assert _CountingKey.hashes <= 5
+    assert batcher.stats().pending == 34
+
+
 def test_nacks_are_unbatched_and_retried_per_entry() -> None:
     batcher = AckBatcher(AckConfig.unbatched())
     for i in range(3):
@@ -322,6 +383,28 @@ def test_results_for_duplicate_message_ids_match_in_order() -> None:
     assert results_for(b, MULTIPLE, [("m", OK), ("m", INVALID)]) == [
         (a, Outcome.OK),
         (b_, Outcome.NON_RETRIABLE),
+    ]
+
+
+def test_results_for_pairs_an_answer_in_request_order_and_falls_back_to_ids_when_it_is_not() -> None:
+    batcher = AckBatcher(AckConfig(linger=0.0))
+    entries = [entry(i) for i in range(3)]
+    for e in entries:
+        batcher.add(KEY, e, 0.0)
+    [b] = batcher.take_ready(0.0)
+    in_order = [("m0", OK), ("m1", INVALID), ("m2", TOO_MANY)]
+    expected = [
+        (entries[0], Outcome.OK),
+        (entries[1], Outcome.NON_RETRIABLE),
+        (entries[2], Outcome.RETRIABLE),
+    ]
+    assert results_for(b, MULTIPLE, in_order) == expected
+    # The same answers in another order (or with an id the request did not have) match by id.
+    assert sorted(results_for(b, MULTIPLE, in_order[::-1]), key=lambda r: r[0].message_id) == expected
+    assert results_for(b, MULTIPLE, [("m0", OK), ("zz", OK), ("m2", OK)]) == [
+        (entries[0], Outcome.OK),
+        (entries[2], Outcome.OK),
+        (entries[1], Outcome.RETRIABLE),
     ]
 
 

@@ -224,12 +224,7 @@ class AckDriver(BatchingDriver):
 
     def add_many(self, items: list[tuple[AckKey, AckEntry]], now: float) -> None:
         """`add` for a burst of results: one clock read and at most one wake-up for all of them."""
-        add = self.batcher.add
-        kick = False
-        for key, entry in items:
-            if add(key, entry, now):
-                kick = True
-        if kick:
+        if self.batcher.add_many(items, now):
             self.wake()
 
     def _next_wakeup(self) -> float | None:

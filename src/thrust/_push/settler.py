@@ -324,14 +324,16 @@ class Settler:
         # entry, measured with timeit on a 32-entry request).
         add = request.entries.add
         for e in batch.entries:
-            lite_topic = _lite_topic_of(e.token)
+            token = e.token
+            # `_lite_topic_of` inline for the usual token, a delivery: one call fewer per message.
+            lite_topic = token.message.lite_topic if type(token) is _Delivery else _lite_topic_of(token)
             if lite_topic is None:
                 add(message_id=e.message_id, receipt_handle=e.receipt_handle)
             else:
                 add(message_id=e.message_id, receipt_handle=e.receipt_handle, lite_topic=lite_topic)
         response = await self._settle_call("ack", batch, "AckMessage", request)
         return results_for(
-            batch, response.status.code, ((r.message_id, r.status.code) for r in response.entries)
+            batch, response.status.code, [(r.message_id, r.status.code) for r in response.entries]
         )
 
     async def _send_nack(self, batch: AckBatch) -> Sequence[tuple[AckEntry, Outcome]]:
