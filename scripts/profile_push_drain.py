@@ -107,10 +107,16 @@ async def _drain_push(endpoint: str, messages: int, threads: int, per_queue: int
     )
     async with consumer:
         cpu0, t0 = time.process_time(), time.monotonic()
+        threads0 = _thread_cpu()
         await finished.wait()
         wall = time.monotonic() - t0
         stats = consumer.stats()
+        executor = consumer._executor
+        wakeups = executor.stats.wakeups if executor is not None else 0
+        split = _thread_cpu()  # while the listener threads still exist
     cpu = time.process_time() - cpu0
+    for name, seconds in threads0.items():
+        split[name] -= seconds
     ClientSession.receive = original  # type: ignore[method-assign]
     gc.callbacks.remove(on_gc)
     print(
@@ -118,11 +124,45 @@ async def _drain_push(endpoint: str, messages: int, threads: int, per_queue: int
         + ", ".join(f"{n} in {t * 1e3:.0f} ms" for n, t in zip(gc_runs, gc_time, strict=True))
     )
     print(
+        "  client CPU per message by thread: "
+        + ", ".join(f"{name} {seconds / messages * 1e6:.1f} us" for name, seconds in split.items())
+    )
+    print(
         f"  {receives} receives ({messages / max(receives, 1):.1f} messages each), "
         f"{stats.ack_rpcs} ack RPCs ({stats.acked / max(stats.ack_rpcs, 1):.1f} entries each), "
-        f"{len(stats.queues)} queues"
+        f"{len(stats.queues)} queues, {wakeups / max(messages, 1):.2f} wake-ups of the loop by the listener"
+        " threads per message"
     )
     return wall, cpu
+
+
+def _thread_cpu() -> dict[str, float]:
+    """CPU seconds of this process's threads so far, by kind: the event loop's (the main thread), the
+    listener pool's, the native transport's tokio thread, and the rest (grpc's, the garbage of exited
+    threads is lost), from /proc/self/task (Linux)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    main = threading.main_thread().native_id
+    listeners = {t.native_id for t in threading.enumerate() if t.name.startswith("thrust-consume")}
+    out = {"loop": 0.0, "listeners": 0.0, "tokio": 0.0, "other": 0.0}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                stat = f.read()
+        except FileNotFoundError:
+            continue  # exited meanwhile
+        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
+        seconds = (int(fields[11]) + int(fields[12])) / ticks
+        if int(tid) == main:
+            kind = "loop"
+        elif int(tid) in listeners:
+            kind = "listeners"
+        elif comm == "thrust-native":
+            kind = "tokio"
+        else:
+            kind = "other"
+        out[kind] += seconds
+    return out
 
 
 async def _drain_raw(endpoint: str, messages: int) -> tuple[int, float, float]:
