@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import re
 import subprocess
 import sys
+import threading
 import time
 from typing import Any, Literal, cast
 
@@ -53,17 +55,43 @@ async def _produce(
         for _ in range(200):
             await producer.send(thrust.Message(topic=TOPIC, body=body))
         cpu0, t0 = time.process_time(), time.monotonic()
+        threads0 = _thread_cpu()
         for _ in range(messages):
             await slots.acquire()
             fut = await producer.send_async(thrust.Message(topic=TOPIC, body=body))
             fut.add_done_callback(settled)
         await done.wait()
         wall, cpu = time.monotonic() - t0, time.process_time() - cpu0
+        split = _thread_cpu()
         print(f"transport {producer.stats().transport}")
+        print(
+            "client CPU per send by thread: "
+            + ", ".join(f"{name} {(split[name] - threads0[name]) / messages * 1e6:.1f} us" for name in split)
+        )
     print(
         f"{messages} x {size} B in {wall:.2f} s = {messages / wall:,.0f} msg/s, {errors} errors; "
         f"client CPU {cpu:.2f} s = {cpu / messages * 1e6:.0f} us/send"
     )
+
+
+def _thread_cpu() -> dict[str, float]:
+    """CPU seconds of this process's threads so far: the event loop's (the main thread), the native
+    transport's tokio thread, and the rest (grpc's), from /proc/self/task (Linux)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    main = threading.main_thread().native_id
+    out = {"loop": 0.0, "tokio": 0.0, "other": 0.0}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                stat = f.read()
+        except FileNotFoundError:
+            continue  # exited meanwhile
+        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2 :].split()
+        seconds = (int(fields[11]) + int(fields[12])) / ticks
+        kind = "loop" if int(tid) == main else "tokio" if comm == "thrust-native" else "other"
+        out[kind] += seconds
+    return out
 
 
 def main() -> None:

@@ -420,15 +420,25 @@ class Producer:
             return await self._send_prepared(session, prepared)
 
     def _prepare(self, messages: list[Message], session: ClientSession, *, transactional: bool) -> _Prepared:
-        topic = messages[0].topic
-        check(validation.check_topic, topic)
+        first = messages[0]
+        if len(messages) > 1:
+            _check_batch(messages)
+        elif not isinstance(first, Message):
+            raise TypeError(f"expected thrust.Message, got {type(first).__name__}")
+        topic = first.topic
+        self._check_topic(topic)
         settings = session.settings
         now = time.time()
-        _check_batch(messages)
         pbs = []
         ids = []
         for m in messages:
-            _check_type(m, transactional)
+            if transactional or not (
+                m.message_group is None
+                and m.delivery_timestamp is None
+                and m.priority is None
+                and m.lite_topic is None
+            ):
+                _check_type(m, transactional)  # a NORMAL message has nothing it could conflict with
             message_id = _checked_id(m, settings.max_body_size, now)
             pbs.append(self._wire(m, message_id, now, transactional))
             ids.append(message_id)
@@ -460,6 +470,14 @@ class Producer:
 
     # -- the linger batch --------------------------------------------------------------------------
 
+    def _check_topic(self, topic: str) -> None:
+        """`validation.check_topic`, once per topic name (a producer sends to few topics)."""
+        if topic not in self._valid_topics:
+            check(validation.check_topic, topic)
+            if len(self._valid_topics) >= 1024:  # bounded: a producer of many topics re-checks them
+                self._valid_topics.clear()
+            self._valid_topics.add(topic)
+
     def _linger_entry(self, message: Message, session: ClientSession) -> LingerEntry | None:
         """`message` validated for the linger batch (its wire form is built into the request when its
         batch leaves), or None when it must be sent alone."""
@@ -476,11 +494,7 @@ class Producer:
         if lane is None:
             return None
         topic = message.topic
-        if topic not in self._valid_topics:
-            check(validation.check_topic, topic)
-            if len(self._valid_topics) >= 1024:  # bounded: a producer of many topics re-checks them
-                self._valid_topics.clear()
-            self._valid_topics.add(topic)
+        self._check_topic(topic)
         # No priority, and at most a message group (lane_for): one type, no _check_type needed.
         now = time.time()
         message_id = _checked_id(message, session.settings.max_body_size, now)

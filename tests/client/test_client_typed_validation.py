@@ -62,6 +62,22 @@ def test_a_mixed_batch_is_a_bad_request_before_any_io() -> None:
     run(scenario)
 
 
+def test_something_else_than_a_message_is_a_type_error_before_any_io_in_every_send() -> None:
+    async def scenario() -> None:
+        async with embedded_server(topics=["t"]) as srv:
+            async with thrust.Producer(endpoints=srv.endpoints[0], topics=["t"]) as p:
+                calls = srv.stats.calls["SendMessage"]
+                for send in (p.send, p.send_async, lambda m: p.send_batch([m])):
+                    with pytest.raises(TypeError, match=r"expected thrust\.Message"):
+                        await send({"topic": "t", "body": b"x"})  # type: ignore[arg-type]
+                with pytest.raises(TypeError, match=r"expected thrust\.Message"):
+                    await p.send_batch([thrust.Message(topic="t", body=b"x"), "x"])  # type: ignore[list-item]
+                assert srv.stats.calls["SendMessage"] == calls
+                await p.send(thrust.Message(topic="t", body=b"ok"))  # and the producer is unharmed
+
+    run(scenario)
+
+
 def test_simple_consumer_await_duration_is_a_validation_error_like_invisible_duration() -> None:
     kwargs = {"endpoints": "127.0.0.1:1", "group": "g", "subscriptions": {"t": "*"}}
     with pytest.raises(thrust.ValidationError) as invisible:

@@ -176,6 +176,33 @@ def test_message_type_validation() -> None:
     assert plan(only_fifo, kind=FIFO, group="g").refusal is None
 
 
+def test_a_type_all_writable_queues_accept_needs_no_check_per_queue(monkeypatch: pytest.MonkeyPatch) -> None:
+    restricted = route(
+        q("a", 0, EA, types=frozenset({NORMAL, FIFO})),
+        q("b", 0, EB, types=frozenset({NORMAL, DELAY})),
+        q("c", 0, EC),  # unrestricted: accepts every type
+        q("d", 0, EC, Permission.READ, types=frozenset({FIFO})),  # not writable: never a candidate
+    )
+    assert THREE.writable_accept is None
+    assert all(THREE.all_writable_accept(kind) for kind in (NORMAL, FIFO, DELAY, TRANSACTION))
+    assert restricted.writable_accept == frozenset({NORMAL})
+    assert restricted.all_writable_accept(NORMAL)
+    assert not restricted.all_writable_accept(FIFO)
+
+    checked: list[int] = []
+    accepts = RouteQueue.accepts
+
+    def counting(self: RouteQueue, message_type: int) -> bool:
+        checked.append(message_type)
+        return accepts(self, message_type)
+
+    monkeypatch.setattr(RouteQueue, "accepts", counting)
+    assert [x.endpoint for x in plan(restricted, kind=NORMAL).candidates] == [EA, EB, EC]
+    assert checked == []  # every writable queue takes NORMAL: the candidates are not filtered
+    assert [x.endpoint for x in plan(restricted, kind=DELAY).candidates] == [EB, EC]
+    assert checked  # one queue refuses DELAY: filtered queue by queue
+
+
 def test_ready_endpoints_go_first() -> None:
     p = plan()
     assert p.prefer_ready(lambda ep: ep == EC) == frozenset()

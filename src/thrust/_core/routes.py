@@ -98,10 +98,24 @@ class TopicRoute:
     fetched_at: float
     writable: tuple[RouteQueue, ...] = field(init=False, repr=False, compare=False)
     endpoints: frozenset[Endpoint] = field(init=False, repr=False, compare=False)
+    # The message types every writable queue accepts; None when none of them restricts its types (the
+    # usual route): a send then needs no per-queue `accepts` check.
+    writable_accept: frozenset[int] | None = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "writable", tuple(q for q in self.queues if q.writable))
+        writable = tuple(q for q in self.queues if q.writable)
+        object.__setattr__(self, "writable", writable)
         object.__setattr__(self, "endpoints", frozenset(q.endpoint for q in self.queues))
+        common: frozenset[int] | None = None
+        for q in writable:
+            if q.accept_types:
+                common = q.accept_types if common is None else common & q.accept_types
+        object.__setattr__(self, "writable_accept", common)
+
+    def all_writable_accept(self, message_type: int) -> bool:
+        """Whether every writable queue accepts `message_type` (`RouteQueue.accepts`)."""
+        common = self.writable_accept
+        return common is None or message_type in common
 
 
 @dataclass(frozen=True, slots=True)

@@ -116,7 +116,7 @@ class SendPlan:
             return cls(
                 (), policy, isolation, max_attempts=attempts, fifo=fifo, refusal=Refusal.NO_WRITABLE_QUEUE
             )
-        if validate_message_type:
+        if validate_message_type and not route.all_writable_accept(message_type):
             candidates = tuple(q for q in candidates if q.accepts(message_type)) or candidates
             if not candidates[0].accepts(message_type):
                 return cls(
