@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import re
 import subprocess
 import sys
@@ -25,6 +24,7 @@ import time
 from typing import Any, Literal, cast
 
 import thrust
+from thrust.bench.cpu import thread_cpu_seconds
 
 TOPIC = "produce"
 IN_FLIGHT = 128
@@ -76,21 +76,11 @@ async def _produce(
 
 def _thread_cpu() -> dict[str, float]:
     """CPU seconds of this process's threads so far: the event loop's (the main thread), the native
-    transport's tokio thread, and the rest (grpc's), from /proc/self/task (Linux)."""
-    ticks = os.sysconf("SC_CLK_TCK")
+    transport's tokio thread, and the rest (grpc's)."""
     main = threading.main_thread().native_id
     out = {"loop": 0.0, "tokio": 0.0, "other": 0.0}
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/stat") as f:
-                stat = f.read()
-        except FileNotFoundError:
-            continue  # exited meanwhile
-        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
-        fields = stat[stat.rindex(")") + 2 :].split()
-        seconds = (int(fields[11]) + int(fields[12])) / ticks
-        kind = "loop" if int(tid) == main else "tokio" if comm == "thrust-native" else "other"
-        out[kind] += seconds
+    for tid, (name, seconds) in thread_cpu_seconds().items():
+        out["loop" if tid == main else "tokio" if name == "thrust-native" else "other"] += seconds
     return out
 
 

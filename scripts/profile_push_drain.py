@@ -35,6 +35,7 @@ import time
 from typing import Any
 
 import thrust
+from thrust.bench.cpu import thread_cpu_seconds
 
 TOPIC = "drain"
 GROUP = "drain-g"
@@ -138,26 +139,17 @@ async def _drain_push(endpoint: str, messages: int, threads: int, per_queue: int
 
 def _thread_cpu() -> dict[str, float]:
     """CPU seconds of this process's threads so far, by kind: the event loop's (the main thread), the
-    listener pool's, the native transport's tokio thread, and the rest (grpc's, the garbage of exited
-    threads is lost), from /proc/self/task (Linux)."""
-    ticks = os.sysconf("SC_CLK_TCK")
+    listener pool's, the native transport's tokio thread, and the rest (grpc's); an exited thread's CPU
+    is lost, so read it while the consumer is open."""
     main = threading.main_thread().native_id
     listeners = {t.native_id for t in threading.enumerate() if t.name.startswith("thrust-consume")}
     out = {"loop": 0.0, "listeners": 0.0, "tokio": 0.0, "other": 0.0}
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/stat") as f:
-                stat = f.read()
-        except FileNotFoundError:
-            continue  # exited meanwhile
-        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
-        fields = stat[stat.rindex(")") + 2 :].split()
-        seconds = (int(fields[11]) + int(fields[12])) / ticks
-        if int(tid) == main:
+    for tid, (name, seconds) in thread_cpu_seconds().items():
+        if tid == main:
             kind = "loop"
-        elif int(tid) in listeners:
+        elif tid in listeners:
             kind = "listeners"
-        elif comm == "thrust-native":
+        elif name == "thrust-native":
             kind = "tokio"
         else:
             kind = "other"

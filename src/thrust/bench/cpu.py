@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["proc_cpu_seconds", "self_cpu_seconds"]
+__all__ = ["proc_cpu_seconds", "self_cpu_seconds", "thread_cpu_seconds"]
 
 
 def proc_cpu_seconds(pid: int) -> float:
@@ -17,6 +17,24 @@ def proc_cpu_seconds(pid: int) -> float:
     # fields after "(comm)": state is field 3, utime 14, stime 15 (proc(5)); comm may hold spaces
     fields = data[data.rindex(")") + 2 :].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def thread_cpu_seconds(pid: int | str = "self") -> dict[int, tuple[str, float]]:
+    """User + system CPU seconds of each live thread of process `pid` (this one by default), by thread id,
+    with the thread's name (`comm`: "thrust-native" for the native transport's tokio thread), from
+    `/proc/<pid>/task/*/stat`. A thread that exits meanwhile is left out."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    out: dict[int, tuple[str, float]] = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as fh:
+                data = fh.read()
+        except FileNotFoundError:
+            continue
+        name = data[data.index("(") + 1 : data.rindex(")")]
+        fields = data[data.rindex(")") + 2 :].split()
+        out[int(tid)] = (name, (int(fields[11]) + int(fields[12])) / ticks)
+    return out
 
 
 def self_cpu_seconds() -> float:
