@@ -83,11 +83,14 @@ def test_perf_scale_reports_queues_polls_calls_and_the_hot_topic(tmp_path: Path)
             row["hot_msgs_per_second"] / row["alone_msgs_per_second"], rel=0.01
         )
         assert row["hot_p99_ms"] is not None and row["alone_p99_ms"] is not None
+        # 3 routes, refreshed every 30 s: a 1 s window began after their first fetch holds no round
+        assert row["route_rounds"] == 0 and row["route_period_seconds"] == 30.0
     assert (normal["kind"], fifo["kind"], lite["kind"]) == ("normal", "fifo", "lite")
     # 5 lite topics of one LITE topic on 2 brokers: one bound queue per broker, one long poll each
     assert lite["queues"] == 2 and lite["parked_polls"] == 2 and lite["receives_in_flight"] == 2
     assert [m["kind"] for m in data["medians"]] == ["normal", "fifo", "lite"]
     assert "long polls open" in proc.stdout
+    assert "0.0 route refresh rounds (one every 30.0 s)" in proc.stdout
 
 
 def _scale_on_real(info: ClusterInfo, out: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -117,6 +117,11 @@ class ScaleRow:
     # `client_rpcs_per_second`): idle polls answered together come back in bursts, which a hot topic's
     # receives wait behind.
     receive_peak_per_second: int | None = None
+    # QueryRoute calls of the idle window per cached route, and how often a route is refreshed: the routes
+    # of many topics are refreshed together, a round every `route_period_seconds`, so a window holds a
+    # whole number of rounds or not depending on where it starts, and the CPU figure moves with them.
+    route_rounds: float | None = None
+    route_period_seconds: float | None = None
     parked_polls: int | None = None  # on the embedded server
     receives_in_flight: int | None = None  # the consumer's long polls open
     first_message_ms: list[float] = dataclasses.field(default_factory=list)
@@ -468,6 +473,10 @@ class _Run:
             for k, v in sorted(calls1.items())
             if v > calls0.get(k, 0)
         }
+        routes = consumer.session.routes
+        fetched = calls1.get("QueryRoute", 0) - calls0.get("QueryRoute", 0)
+        row.route_rounds = round(fetched / max(1, len(routes.topics())), 2)
+        row.route_period_seconds = round(routes.refresh_every(), 1)
         row.receive_peak_per_second = peak
         row.parked_polls = await asyncio.to_thread(target.polls, group)
         row.receives_in_flight = consumer.stats().receives_in_flight
@@ -508,7 +517,8 @@ class _Run:
                     f"{kind} x {n}: idle client CPU {row.cpu_percent} %, RSS {row.rss_mib} MiB,"
                     f" {row.tasks} tasks, {row.threads} threads, calls/s {self._calls(row)},"
                     f" {row.receives_in_flight} long polls open,"
-                    f" at most {row.receive_peak_per_second} ReceiveMessage in a second"
+                    f" at most {row.receive_peak_per_second} ReceiveMessage in a second,"
+                    f" {row.route_rounds} route refresh rounds (one every {row.route_period_seconds} s)"
                 )
                 quiet = topics[1:]
                 step = max(1, len(quiet) // max(1, o.quiet_probes))
