@@ -273,6 +273,7 @@ def test_add_many_does_what_add_does_entry_by_entry() -> None:
     assert b.add_many([(KEY, entry(3))], 0.0) is True
     with pytest.raises(ValueError):
         b.add_many([(KEY, entry(9)), (KEY, b.flush_all(0.0)[0].entries[0])], 0.0)
+    assert AckBatcher(AckConfig(linger=0.0)).add_many([], 0.0) is False  # nothing added: nothing to wake for
 
 
 def test_add_many_looks_a_lane_up_once_per_run_of_one_key() -> None:

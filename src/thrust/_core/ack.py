@@ -349,7 +349,8 @@ class AckBatcher:
         hash in Python, two of a push consumer's 32 Python calls per message before."""
         config = self.config
         max_pending, max_batch = config.max_pending, config.max_batch
-        kick = config.linger == 0
+        at_once = config.linger == 0
+        kick = False
         last_key: AckKey | None = None
         pending: list[AckEntry] = []
         for key, entry in items:
@@ -375,7 +376,7 @@ class AckBatcher:
             pending.append(entry)
             self._pending += 1
             n = len(pending)
-            if n == 1 or n == max_batch:
+            if n == 1 or n == max_batch or at_once:
                 kick = True
         return kick
 
