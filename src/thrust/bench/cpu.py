@@ -1,5 +1,6 @@
 """CPU time of the processes a bench run involves: this one (`self_cpu_seconds`, where the raw rows and
-the client run) and a server child (`proc_cpu_seconds`). A module of its own because `raw` and
+the client run), a server child (`proc_cpu_seconds`), and one process's threads apart
+(`thread_cpu_seconds`, for the profiling scripts' split by thread). A module of its own because `raw` and
 `targets` both read it and `targets` imports `raw` (a real target warms its JVM with `raw_consume`);
 pyproject.toml's import-linter contract keeps `raw` from importing `targets` back."""
 
