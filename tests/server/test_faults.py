@@ -284,6 +284,8 @@ def test_receive_attempt_ids_are_recorded_bounded() -> None:
                 ("nope!", "t", None),
             ]
             assert srv.stats.receives[0].broker == 0
+            assert [r.long_polling for r in srv.stats.receives] == [5.0, 5.0, 5.0]
+            assert all(r.arrived > 0 for r in srv.stats.receives)
             srv.stats.reset()
             assert not srv.stats.receives
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import random
+import time
 from collections import Counter, OrderedDict, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -118,6 +119,8 @@ class ReceiveCall(NamedTuple):
     group: str
     topic: str
     attempt_id: str | None  # None: the request left `attempt_id` unset
+    long_polling: float | None = None  # seconds; None: the request left `long_polling_timeout` unset
+    arrived: float = 0.0  # the wall clock (`time.time()`) when it arrived, whatever the brokers' clock
 
 
 def _recent_receives() -> deque[ReceiveCall]:
@@ -142,7 +145,7 @@ class Stats:
             test proves a call was (or was not) slowed by the fault from this, not from a clock.
         receives: the last `RECENT_RECEIVES` ReceiveMessage calls, oldest first, with their `attempt_id`
             (F14, docs/reliability.md §3: a retried receive should reuse the attempt id of the one that
-            failed).
+            failed), the long polling each asked for and when it arrived.
         stalled_streams: ReceiveMessage calls that wrote part of their batch and then stalled
             (`Faults.stall_stream_next`).
         held_pops: ReceiveMessage calls that popped messages and then held their answer
@@ -159,9 +162,16 @@ class Stats:
     held_pops: int = 0
     stalled_streams: int = 0
 
-    def record_receive(self, broker: int, group: str, topic: str, attempt_id: str | None) -> None:
+    def record_receive(
+        self,
+        broker: int,
+        group: str,
+        topic: str,
+        attempt_id: str | None,
+        long_polling: float | None = None,
+    ) -> None:
         """Remember one ReceiveMessage call (bounded: the oldest beyond `RECENT_RECEIVES` is dropped)."""
-        self.receives.append(ReceiveCall(broker, group, topic, attempt_id))
+        self.receives.append(ReceiveCall(broker, group, topic, attempt_id, long_polling, time.time()))
 
     def add_latency(self, broker: int, rpc: str, seconds: float) -> None:
         """Count `seconds` of latency injected into a call of `rpc` on `broker`."""

@@ -61,6 +61,9 @@ class ConsumerRpcs:
             request.group.name,
             request.message_queue.topic.name,
             request.attempt_id if request.HasField("attempt_id") else None,
+            request.long_polling_timeout.ToNanoseconds() / 1e9
+            if request.HasField("long_polling_timeout")
+            else None,
         )
         status: d.Status | None = None
         deliveries: list[Delivery] = []
