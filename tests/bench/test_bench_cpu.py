@@ -1,4 +1,5 @@
-"""`thrust.bench.cpu.thread_cpu_seconds`: each live thread's CPU time and name, from /proc."""
+"""`thrust.bench.cpu.thread_cpu_seconds` and `thread_wakeups`: each live thread's CPU time and name, and how
+many times it went to sleep and was woken, from /proc."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import os
 import threading
 import time
 
-from thrust.bench.cpu import proc_cpu_seconds, thread_cpu_seconds
+from thrust.bench.cpu import proc_cpu_seconds, thread_cpu_seconds, thread_wakeups
 
 
 def _burn(seconds: float) -> None:
@@ -39,5 +40,31 @@ def test_each_thread_is_listed_with_its_name_and_the_cpu_it_used() -> None:
         total = sum(seconds for _, seconds in threads.values())
         assert total <= proc_cpu_seconds(os.getpid()) + 0.05
     finally:
+        stop.set()
+        worker.join()
+
+
+def test_a_thread_that_slept_n_times_counts_at_least_n_wake_ups() -> None:
+    go, slept, stop = threading.Event(), threading.Event(), threading.Event()
+
+    def sleeper() -> None:
+        go.wait()
+        for _ in range(20):
+            time.sleep(0.001)  # off the CPU until its timer wakes it
+        slept.set()
+        stop.wait()
+
+    worker = threading.Thread(target=sleeper)
+    worker.start()
+    try:
+        tid = worker.native_id
+        assert tid is not None
+        before = thread_wakeups()[tid]
+        go.set()
+        assert slept.wait(30)
+        assert thread_wakeups()[tid] - before >= 20
+        assert threading.get_native_id() in thread_wakeups()  # every live thread is listed
+    finally:
+        go.set()
         stop.set()
         worker.join()

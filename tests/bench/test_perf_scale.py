@@ -77,6 +77,11 @@ def test_perf_scale_reports_queues_polls_calls_and_the_hot_topic(tmp_path: Path)
         assert row["server"] == "embedded"
         assert row["tasks"] > 0 and row["threads"] > 0 and row["rss_mib"] > 0
         assert row["cpu_percent"] is not None and row["server_cpu_percent"] is not None
+        # the split by thread: the loop's always, the native transport's thread only on that transport
+        assert row["loop_cpu_percent"] is not None and row["loop_wakeups_per_second"] is not None
+        native = row["transport"] == "native"
+        assert (row["native_cpu_percent"] is not None) == native
+        assert (row["native_wakeups_per_second"] is not None) == native
         assert len(row["first_message_ms"]) == 2  # both quiet topics probed got their message
         assert row["hot_msgs_per_second"] > 0 and row["alone_msgs_per_second"] > 0
         assert row["hot_ratio"] == pytest.approx(
@@ -90,6 +95,7 @@ def test_perf_scale_reports_queues_polls_calls_and_the_hot_topic(tmp_path: Path)
     assert lite["queues"] == 2 and lite["parked_polls"] == 2 and lite["receives_in_flight"] == 2
     assert [m["kind"] for m in data["medians"]] == ["normal", "fifo", "lite"]
     assert "long polls open" in proc.stdout
+    assert "wake-ups/s" in proc.stdout
     assert "0.0 route refresh rounds (one every 30.0 s)" in proc.stdout
 
 

@@ -1,14 +1,24 @@
 """CPU time of the processes a bench run involves: this one (`self_cpu_seconds`, where the raw rows and
 the client run), a server child (`proc_cpu_seconds`), and one process's threads apart
-(`thread_cpu_seconds`, for the profiling scripts' split by thread). A module of its own because `raw` and
-`targets` both read it and `targets` imports `raw` (a real target warms its JVM with `raw_consume`);
-pyproject.toml's import-linter contract keeps `raw` from importing `targets` back."""
+(`thread_cpu_seconds` and `thread_wakeups`, for the split by thread of the profiling scripts and of
+`thrust perf scale`). A module of its own because `raw` and `targets` both read it and `targets` imports
+`raw` (a real target warms its JVM with `raw_consume`); pyproject.toml's import-linter contract keeps `raw`
+from importing `targets` back."""
 
 from __future__ import annotations
 
 import os
 
-__all__ = ["proc_cpu_seconds", "self_cpu_seconds", "thread_cpu_seconds"]
+__all__ = [
+    "NATIVE_THREAD",
+    "proc_cpu_seconds",
+    "self_cpu_seconds",
+    "thread_cpu_seconds",
+    "thread_wakeups",
+]
+
+#: The name of the native transport's tokio thread (`native/src/lib.rs`, the runtime's `thread_name`).
+NATIVE_THREAD = "thrust-native"
 
 
 def proc_cpu_seconds(pid: int) -> float:
@@ -35,6 +45,24 @@ def thread_cpu_seconds(pid: int | str = "self") -> dict[int, tuple[str, float]]:
         name = data[data.index("(") + 1 : data.rindex(")")]
         fields = data[data.rindex(")") + 2 :].split()
         out[int(tid)] = (name, (int(fields[11]) + int(fields[12])) / ticks)
+    return out
+
+
+def thread_wakeups(pid: int | str = "self") -> dict[int, int]:
+    """How many times each live thread of process `pid` gave up the CPU of its own accord (went to sleep
+    and was woken later: `voluntary_ctxt_switches` of `/proc/<pid>/task/*/status`), by thread id. On a
+    virtual machine a wake-up costs tens of µs of CPU (docs/benchmarks.md), so an idle client's CPU follows
+    its wake-ups more than its calls."""
+    out: dict[int, int] = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/status") as fh:
+                for line in fh:
+                    if line.startswith("voluntary_ctxt_switches:"):
+                        out[int(tid)] = int(line.split()[1])
+                        break
+        except FileNotFoundError:
+            continue
     return out
 
 

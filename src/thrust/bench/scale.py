@@ -10,7 +10,8 @@ honest count of what the client asked):
    `paced_seconds`) gives the p50 / p99 from a message's born time to its listener call;
 2. the consumer of N topics (`scale-0` .. `scale-N-1`; `scale-0` is the hot one), once every assigned queue
    exists: an idle window of `idle_seconds` in which nothing is sent. Client CPU % of one core (this
-   process's user + system time over the window), its RSS, asyncio tasks and threads, the server's calls
+   process's user + system time over the window; the event loop's thread and the native transport's
+   apart, each with its wake-ups a second), its RSS, asyncio tasks and threads, the server's calls
    per second by RPC, the most ReceiveMessage calls the consumer began in one second of the window (idle
    polls in step come back in bursts), and the long polls parked on the server at the end;
 3. first-message latency on quiet topics: one message sent to each of `quiet_probes` quiet topics, one
@@ -46,7 +47,7 @@ from collections.abc import Callable, Sequence
 from typing import IO, Any, Protocol
 
 from thrust._core.scan_schedule import DEFAULT_MAX_SCAN_RATE
-from thrust.bench.cpu import proc_cpu_seconds
+from thrust.bench.cpu import NATIVE_THREAD, proc_cpu_seconds, thread_cpu_seconds, thread_wakeups
 from thrust.bench.server import ControlServer
 from thrust.config import ClientConfig, Transport
 from thrust.message import ConsumeResult, Message, ReceivedMessage
@@ -107,6 +108,12 @@ class ScaleRow:
     queues: int = 0  # assigned queues (lite: the bound topic's)
     ready_seconds: float | None = None
     cpu_percent: float | None = None
+    # The event loop's thread and the native transport's thread ("thrust-native"; None on grpcio) apart:
+    # CPU % of a core and wake-ups a second (`thrust.bench.cpu.thread_wakeups`) over the idle window.
+    loop_cpu_percent: float | None = None
+    loop_wakeups_per_second: float | None = None
+    native_cpu_percent: float | None = None
+    native_wakeups_per_second: float | None = None
     server_cpu_percent: float | None = None
     rss_mib: float | None = None
     tasks: int | None = None
@@ -453,14 +460,27 @@ class _Run:
         await asyncio.to_thread(target.reset_calls)
         scpu0 = await asyncio.to_thread(target.cpu)
         calls0 = dict(consumer.session.calls())
+        threads0, wakes0 = thread_cpu_seconds(), thread_wakeups()
         cpu0, t0 = _cpu(), time.perf_counter()
         peak = await _receive_peak(consumer, self.o.idle_seconds)
         cpu1, t1 = _cpu(), time.perf_counter()
+        threads1, wakes1 = thread_cpu_seconds(), thread_wakeups()
         calls1 = dict(consumer.session.calls())
         server_calls = await asyncio.to_thread(target.calls)
         scpu1 = await asyncio.to_thread(target.cpu)
         wall = t1 - t0
         row.cpu_percent = round(100 * (cpu1 - cpu0) / wall, 2)
+        loop_tid = threading.get_native_id()
+        native = [t for t, (name, _) in threads1.items() if name == NATIVE_THREAD and t in threads0]
+        for tids, cpu_field, wake_field in (
+            ([loop_tid], "loop_cpu_percent", "loop_wakeups_per_second"),
+            (native, "native_cpu_percent", "native_wakeups_per_second"),
+        ):
+            if tids:
+                cpu = sum(threads1[t][1] - threads0[t][1] for t in tids)
+                wakes = sum(wakes1.get(t, 0) - wakes0.get(t, 0) for t in tids)
+                setattr(row, cpu_field, round(100 * cpu / wall, 2))
+                setattr(row, wake_field, round(wakes / wall, 1))
         if scpu0 is not None and scpu1 is not None:
             row.server_cpu_percent = round(100 * (scpu1 - scpu0) / wall, 2)
         row.rss_mib = round(_rss_mib(), 1)
@@ -514,7 +534,8 @@ class _Run:
                 self.say(f"{kind} x {n}: {row.queues} queues assigned in {row.ready_seconds} s")
                 await self._idle(row, consumer, group, n)
                 self.say(
-                    f"{kind} x {n}: idle client CPU {row.cpu_percent} %, RSS {row.rss_mib} MiB,"
+                    f"{kind} x {n}: idle client CPU {row.cpu_percent} %{self._threads(row)},"
+                    f" RSS {row.rss_mib} MiB,"
                     f" {row.tasks} tasks, {row.threads} threads, calls/s {self._calls(row)},"
                     f" {row.receives_in_flight} long polls open,"
                     f" at most {row.receive_peak_per_second} ReceiveMessage in a second,"
@@ -540,6 +561,14 @@ class _Run:
         return row
 
     @staticmethod
+    def _threads(row: ScaleRow) -> str:
+        """The idle CPU's split by thread, as the row's line says it."""
+        out = f" (loop {row.loop_cpu_percent} %, {row.loop_wakeups_per_second} wake-ups/s"
+        if row.native_cpu_percent is not None:
+            out += f"; {NATIVE_THREAD} {row.native_cpu_percent} %, {row.native_wakeups_per_second} wake-ups/s"
+        return out + ")"
+
+    @staticmethod
     def _calls(row: ScaleRow) -> dict[str, float]:
         """The server's counts where it has them, else the client's."""
         return row.rpcs_per_second or row.client_rpcs_per_second
@@ -563,7 +592,8 @@ class _Run:
             row.transport = push.stats().transport
             await self._idle(row, push, group, 1)  # lite topics are not scanned: the bound topic is
         self.say(
-            f"lite x {n}: idle client CPU {row.cpu_percent} %, RSS {row.rss_mib} MiB, {row.tasks} tasks,"
+            f"lite x {n}: idle client CPU {row.cpu_percent} %{self._threads(row)}, RSS {row.rss_mib} MiB,"
+            f" {row.tasks} tasks,"
             f" calls/s {self._calls(row)}, {row.receives_in_flight} long polls open"
         )
         return row
