@@ -24,7 +24,7 @@ use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::{Buf, BufMut, Bytes};
 use http::uri::{PathAndQuery, Uri};
@@ -1292,12 +1292,35 @@ fn shortened_receive(request: &Bytes, timeout: f64, waited: f64) -> Option<Bytes
     let remaining = timeout - waited;
     let slack = timeout - poll.max(MIN_POLLING_SECONDS);
     let poll = MIN_POLLING_SECONDS.max(poll.min(remaining - slack));
-    let nanos = (poll * 1e9).round() as i64;
-    parsed.long_polling_timeout = Some(prost_types::Duration {
+    parsed.long_polling_timeout = Some(pb_duration(poll));
+    Some(Bytes::from(parsed.encode_to_vec()))
+}
+
+/// `secs` seconds as a protobuf Duration.
+fn pb_duration(secs: f64) -> prost_types::Duration {
+    let nanos = (secs * 1e9).round() as i64;
+    prost_types::Duration {
         seconds: nanos / 1_000_000_000,
         nanos: (nanos % 1_000_000_000) as i32,
-    });
-    Some(Bytes::from(parsed.encode_to_vec()))
+    }
+}
+
+/// `poll` shortened (lengthened, when it would fall below the proxy's minimum) so that a long poll begun
+/// now ends on a multiple of `grid` seconds of the wall clock, as `thrust._core.settings.poll_on_grid`
+/// (which says why); `poll` itself when `grid` is not positive.
+fn poll_on_grid(poll: f64, grid: f64) -> f64 {
+    if grid <= 0.0 {
+        return poll;
+    }
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    let aligned = ((now + poll) / grid).floor() * grid - now;
+    if aligned >= MIN_POLLING_SECONDS {
+        aligned
+    } else {
+        aligned + grid
+    }
 }
 
 /// One HTTP/2 connection to one endpoint, and the calls on it.
@@ -1486,9 +1509,10 @@ impl Channel {
     /// it brought decoded, and the failure if it broke. With `first_early`, the first message after the OK
     /// status is handed over at once (kind 6), and the rest with the completion. With `repeat_for` > 0
     /// (seconds; infinity: until `stop_repeating`), an empty answer is polled again for that long without
-    /// a completion, and the `Polls` returned counts those renewals.
+    /// a completion, and the `Polls` returned counts those renewals. With `repeat_poll` > 0 a renewed poll
+    /// asks for that long polling, shortened to end on `grid` (`poll_on_grid`) when `grid` > 0.
     #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (token, request, metadata, timeout, connect_budget, endpoint, first_early, repeat_for=0.0))]
+    #[pyo3(signature = (token, request, metadata, timeout, connect_budget, endpoint, first_early, repeat_for=0.0, repeat_poll=0.0, grid=0.0))]
     #[allow(clippy::too_many_arguments)]
     fn receive(
         &self,
@@ -1501,6 +1525,8 @@ impl Channel {
         endpoint: Py<PyAny>,
         first_early: bool,
         repeat_for: f64,
+        repeat_poll: f64,
+        grid: f64,
     ) -> PyResult<Option<Polls>> {
         self.check_open()?;
         let _ = py;
@@ -1519,16 +1545,23 @@ impl Channel {
         let repeat_for = Duration::try_from_secs_f64(repeat_for.max(0.0)).unwrap_or(Duration::MAX);
         let renewed = Arc::new(AtomicU64::new(0));
         let counter = renewed.clone();
+        // The request a renewed poll sends, when it asks for a long polling of its own.
+        let mut renewing = if repeat_for.is_zero() || repeat_poll <= 0.0 {
+            None
+        } else {
+            pb::ReceiveMessageRequest::decode(original.clone()).ok()
+        };
         self.spawn(token, async move {
             let began = Instant::now();
             let mut polls: u64 = 0;
+            let mut current = original;
             loop {
                 let mut first_early = first_early;
                 let mut arrived = false;
                 let started = Instant::now();
                 let deadline = started + Duration::from_secs_f64(total);
                 let mut attempt = 0;
-                let mut request = original.clone();
+                let mut request = current.clone();
                 let mut code = -1;
                 let mut text = String::new();
                 let mut delivery = None;
@@ -1558,7 +1591,7 @@ impl Channel {
                             {
                                 attempt += 1;
                                 let waited = started.elapsed().as_secs_f64();
-                                if let Some(shorter) = shortened_receive(&original, total, waited) {
+                                if let Some(shorter) = shortened_receive(&current, total, waited) {
                                     request = shorter;
                                 }
                                 continue;
@@ -1626,6 +1659,11 @@ impl Channel {
                         if let Ok(value) = MetadataValue::try_from(format!("{id}.{polls}")) {
                             md.insert(REQUEST_ID, value);
                         }
+                    }
+                    if let Some(next) = renewing.as_mut() {
+                        next.long_polling_timeout =
+                            Some(pb_duration(poll_on_grid(repeat_poll, grid)));
+                        current = Bytes::from(next.encode_to_vec());
                     }
                     continue;
                 }

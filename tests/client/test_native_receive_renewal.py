@@ -10,6 +10,7 @@ as a long poll that ran out does."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 
 import pytest
@@ -46,12 +47,16 @@ def _request(poll: float) -> s.ReceiveMessageRequest:
     return request
 
 
+def _client(endpoint: str, name: str) -> NativeRpcClient:
+    config = thrust.ClientConfig(endpoint)
+    return NativeRpcClient(parse_endpoint(endpoint), config, Metadata(config, name), NativeHub())
+
+
 def test_a_renewing_receive_counts_its_renewed_polls_where_its_owner_reads_them() -> None:
     async def scenario() -> None:
         async with embedded_server(topics=["t"], groups=["g"]) as srv:
             ep = srv.endpoints[0]
-            config = thrust.ClientConfig(ep)
-            client = NativeRpcClient(parse_endpoint(ep), config, Metadata(config, "renew"), NativeHub())
+            client = _client(ep, "renew")
             try:
                 srv.faults.fail_next(Rpc.RECEIVE_MESSAGE, Code.MESSAGE_NOT_FOUND, EMPTY)
                 renewal = Renewal(math.inf)  # until a message, a failure or `stop()`
@@ -62,6 +67,8 @@ def test_a_renewing_receive_counts_its_renewed_polls_where_its_owner_reads_them(
                 assert client.receives_repeated == EMPTY
                 assert renewal.advanced()  # what the owner had not seen yet
                 assert not renewal.advanced()  # nothing renewed since it asked
+                # without a poll of their own, the renewals ask for what the first poll asked
+                assert [r.long_polling for r in srv.stats.receives] == [5.0] * (EMPTY + 1)
                 async with Producer(endpoints=ep, topics=["t"]) as producer:
                     receipt = await producer.send(Message(topic="t", body=b"x"))
                 result = await receive
@@ -74,13 +81,42 @@ def test_a_renewing_receive_counts_its_renewed_polls_where_its_owner_reads_them(
     run(scenario())
 
 
+def test_renewed_polls_ask_for_the_renewals_poll_shortened_to_end_on_the_grid() -> None:
+    """`Renewal(window, poll, grid)`: each renewed poll asks for `poll`, less than a `grid` step shorter so
+    that it ends on a multiple of `grid` of the wall clock (`thrust._core.settings.poll_on_grid`), computed
+    when it is sent; the first poll is sent as its caller built it."""
+
+    async def scenario() -> None:
+        async with embedded_server(topics=["t"], groups=["g"]) as srv:
+            client = _client(srv.endpoints[0], "grid")
+            try:
+                srv.faults.fail_next(Rpc.RECEIVE_MESSAGE, Code.MESSAGE_NOT_FOUND, EMPTY)
+                renewal = Renewal(math.inf, 20.0, 1.0)
+                receive = asyncio.ensure_future(client.receive(_request(5.0), 30.0, renewal=renewal))
+                await until(lambda: srv.stats.calls["ReceiveMessage"] == EMPTY + 1)
+                first, *renewed = srv.stats.receives
+                assert first.long_polling == 5.0
+                assert len(renewed) == EMPTY
+                for r in renewed:
+                    assert r.long_polling is not None and 19.0 < r.long_polling < 20.0
+                    # the server saw it a moment after the transport computed it
+                    end = r.arrived + r.long_polling
+                    assert -0.001 < end - round(end) < 0.1
+                assert len({r.long_polling for r in renewed}) > 1  # computed for each, not once
+                renewal.stop()
+                receive.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await receive
+            finally:
+                await client.close()
+
+    run(scenario())
+
+
 def test_a_receive_shortened_by_the_wait_for_the_handshake_is_not_renewed() -> None:
     async def scenario() -> None:
         async with embedded_server(topics=["t"], groups=["g"]) as srv:
-            config = thrust.ClientConfig(srv.endpoints[0])
-            client = NativeRpcClient(
-                parse_endpoint(srv.endpoints[0]), config, Metadata(config, "short"), NativeHub()
-            )
+            client = _client(srv.endpoints[0], "short")
             try:
                 srv.faults.fail_next(Rpc.RECEIVE_MESSAGE, Code.MESSAGE_NOT_FOUND, EMPTY)
                 synced = asyncio.Event()  # the channel never connected: the receive waits for it

@@ -16,6 +16,7 @@ import pytest
 from tests.push._util import run, until
 from tests.push.test_push_dropped_queue import _switchable
 from thrust._codec.status import Code
+from thrust._core.settings import ClientSettings
 from thrust._io.rpc import Renewal
 from thrust._io.session import ClientSession
 from thrust.errors import ThrustError
@@ -28,6 +29,18 @@ from thrust.testing import embedded_server
 pytestmark = [pytest.mark.slow]
 
 EMPTY = 6
+
+
+GRID = ClientSettings.for_consumer().push_poll_grid
+
+
+def _on_grid(t: float) -> bool:
+    """Whether `t` (seconds of the wall clock), the end of a poll as its receiver or the server saw it
+    start, is at or a little past a point of the idle polls' grid: within 0.1 s after it (the time the
+    poll took to reach them), 1 ms before it (rounding). A step is about 0.25 s: the end of a poll that
+    ignored the grid would pass two times in five."""
+    past = t - round(t / GRID) * GRID
+    return -0.001 < past < 0.1
 
 
 def _repeated(consumer: PushConsumer) -> int:
@@ -53,6 +66,14 @@ def test_an_idle_queues_empty_polls_are_renewed_counted_and_still_deliver() -> N
                 await until(lambda: srv.stats.calls["ReceiveMessage"] == EMPTY + 1)
                 calls = consumer.session.calls()
                 assert calls["ReceiveMessage"] == EMPTY + 1  # every poll counted, renewed ones too
+                # every poll ends on the grid of the wall clock (`ClientSettings.push_poll_grid`), those
+                # after an empty answer (renewed by the native transport, started again by
+                # the loop on grpcio) less than a step short of the whole 20 s; the server saw each a moment
+                # after it was computed
+                first, *after = srv.stats.receives
+                for r in (first, *after):
+                    assert r.long_polling is not None and _on_grid(r.arrived + r.long_polling)
+                assert all(r.long_polling is not None and 20.0 - GRID < r.long_polling <= 20.0 for r in after)
                 (q,) = consumer._scanner.queues.values()
                 limit = q.pq.budget.idle_limit
                 later = time.monotonic() + limit
@@ -108,14 +129,21 @@ def test_a_dropped_queue_stops_renewing_after_the_poll_in_flight() -> None:
 def test_idle_poll_chains_start_at_spread_phases_after_a_start_or_a_failure(monkeypatch: Any) -> None:
     """A consumer of 8 topics starts 8 idle polls together. A poll that starts a chain (a queue's first, or
     the one after a failed receive) asks for a long polling of its own in [5 s, 20 s] and is not renewed;
-    one after an empty answer asks for the whole 20 s and is renewed (on the native transport; grpcio is
-    handed the same `Renewal` and renews nothing), keeping the phase the chain started with."""
-    polls: dict[str, list[list[Any]]] = {}  # topic -> [long polling, renewed, failed] per receive
+    one after an empty answer asks for the whole 20 s, less than a step shorter so as to end on the grid
+    of the wall clock (`ClientSettings.push_poll_grid`, steps of about a quarter of a second), and is
+    renewed (on the native transport; grpcio is handed the same `Renewal` and renews nothing), keeping the
+    phase the chain started with. Every idle poll ends on the grid."""
+    polls: dict[str, list[list[Any]]] = {}  # topic -> [long polling, renewed, failed, began] per receive
     receive = ClientSession.receive
 
     async def recording(self: ClientSession, endpoint: Any, request: Any, **kw: Any) -> Any:
         renewal: Renewal | None = kw.get("renewal")
-        poll = [request.long_polling_timeout.ToNanoseconds() / 1e9, renewal is not None, False]
+        poll = [
+            request.long_polling_timeout.ToNanoseconds() / 1e9,
+            renewal is not None,
+            False,
+            time.time(),
+        ]
         polls.setdefault(request.message_queue.topic.name, []).append(poll)
         try:
             return await receive(self, endpoint, request, **kw)
@@ -152,12 +180,14 @@ def test_idle_poll_chains_start_at_spread_phases_after_a_start_or_a_failure(monk
                 await until(lambda: failed() == len(topics) and chained(), what="8 failures, 8 chains")
                 spread: list[float] = []
                 for ps in polls.values():
-                    for i, (poll, renewed, _) in enumerate(ps):
+                    for i, (poll, renewed, _, began) in enumerate(ps):
                         if i == 0 or ps[i - 1][2]:  # a chain's first poll
                             assert not renewed and 5.0 <= poll <= 20.0
                             spread.append(poll)
                         else:  # after an empty answer
-                            assert renewed and poll == 20.0
+                            assert renewed and 20.0 - GRID < poll <= 20.0
+                        # on the grid: the poll was computed a moment before it was recorded here
+                        assert _on_grid(began + poll)
                 assert len(spread) == 2 * len(topics)  # each queue's first poll, and each retry
                 assert len(set(spread)) > 1  # not in step
 

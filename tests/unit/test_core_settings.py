@@ -11,6 +11,7 @@ from thrust._core.settings import (
     ClientSettings,
     ServerSettings,
     merge,
+    poll_on_grid,
     receive_after_connect,
     receive_connect_budget,
     receive_deadline,
@@ -117,6 +118,47 @@ def test_a_chains_first_push_poll_spreads_between_the_proxys_minimum_and_the_who
     # a long polling at the minimum leaves nothing to spread
     shorter = merge(c, ServerSettings(long_polling_timeout=2))
     assert shorter.push_spread_poll(0.7) == 5.0
+
+
+def test_a_poll_on_the_grid_ends_on_a_grid_point_less_than_a_step_short_of_what_it_asked() -> None:
+    # begun at 1000.3 s, a 20 s poll would end at 1020.3: it ends at 1020.0
+    assert poll_on_grid(20.0, 1000.3, 1.0) == pytest.approx(19.7)
+    # on a 0.25 s grid: 1020.25
+    assert poll_on_grid(20.0, 1000.3, 0.25) == pytest.approx(19.95)
+    for now in (1_765_000_000.0, 1_765_000_000.999, 1_765_000_017.5, 1_765_000_020.001):
+        poll = poll_on_grid(20.0, now, 1.0)
+        assert 19.0 < poll <= 20.0
+        end = now + poll
+        assert abs(end - round(end)) < 1e-6
+    # a poll begun on a grid point keeps all of it
+    assert poll_on_grid(20.0, 1000.0, 1.0) == 20.0
+
+
+def test_a_poll_on_the_grid_never_falls_below_the_proxys_minimum_and_no_grid_leaves_it_alone() -> None:
+    # 5.4 s from 1000.8 would end at 1006.0 after 5.2 s: allowed
+    assert poll_on_grid(5.4, 1000.8, 1.0) == pytest.approx(5.2)
+    # 5.4 s from 1000.3 would end at 1005.0 after 4.7 s, below the 5 s minimum: it ends at 1006.0
+    assert poll_on_grid(5.4, 1000.3, 1.0) == pytest.approx(5.7)
+    assert poll_on_grid(5.0, 1000.3, 1.0) == pytest.approx(5.7)
+    assert poll_on_grid(20.0, 1000.3, 0.0) == 20.0
+    assert poll_on_grid(20.0, 1000.3, -1.0) == 20.0
+
+
+def test_idle_push_polls_end_on_quarter_second_steps_fitting_the_long_polling_less_0_1_s() -> None:
+    c = ClientSettings.for_consumer()
+    grid = 19.9 / 80
+    assert c.push_poll_grid == pytest.approx(grid)
+    start = 4000 * grid  # a grid point
+    # begun on a grid point, a 20 s poll ends 80 steps later: 19.9 s
+    assert c.push_poll_on_grid(20.0, start) == pytest.approx(19.9)
+    # renewed from an answer that came up to 0.1 s early, or late by most of a step, the next poll ends
+    # on the grid point a whole long polling later
+    answered = start + 19.9
+    for arrived in (answered - 0.099, answered - 0.03, answered, answered + 0.1, answered + 0.14):
+        assert arrived + c.push_poll_on_grid(20.0, arrived) == pytest.approx(answered + 19.9)
+    # a long polling the server set to 6 s: 24 steps of (6 - 0.1) / 24 s
+    six = merge(c, ServerSettings(long_polling_timeout=6))
+    assert six.push_poll_grid == pytest.approx(5.9 / 24)
 
 
 def test_a_receive_waits_for_its_connection_out_of_its_long_poll_never_below_the_minimum() -> None:

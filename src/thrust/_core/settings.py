@@ -13,6 +13,7 @@ nothing else mutates settings.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from thrust._codec.validation import MIN_POLLING_SECONDS
@@ -21,9 +22,12 @@ from thrust._core.backoff import RetryPolicy
 __all__ = [
     "CONSUMER_RETRY_POLICY",
     "PRODUCER_RETRY_POLICY",
+    "PUSH_POLL_EARLY",
+    "PUSH_POLL_STEP",
     "ClientSettings",
     "ServerSettings",
     "merge",
+    "poll_on_grid",
     "receive_after_connect",
     "receive_connect_budget",
     "receive_deadline",
@@ -115,6 +119,27 @@ class ClientSettings:
         return MIN_POLLING_SECONDS + min(max(phase, 0.0), 1.0) * (full - MIN_POLLING_SECONDS)
 
     @property
+    def push_poll_grid(self) -> float:
+        """The grid on which a push consumer's idle polls end (`poll_on_grid`): steps of about
+        `PUSH_POLL_STEP`, a whole number of them in the long polling less `PUSH_POLL_EARLY` (80 steps of
+        0.24875 s for the 20 s long polling).
+
+        A broker answers an empty long poll up to 70 ms before its polling time ends (`PopRequest.isTimeout`
+        in apache/rocketmq's broker: 50 ms early, and `PopLongPollingService` checks every 20 ms). On a grid
+        whose steps fit the long polling exactly, the renewal of a poll answered early would reach only the
+        grid point a step short of a whole long polling, every time (with 1 s steps, polls of 19 s instead
+        of 20 s: 5 % more calls, measured). With steps that fit the long polling less 0.1 s, an answer up to
+        0.1 s early (or late by most of a step) is renewed to the grid point a whole long polling later:
+        polls of 19.9 s."""
+        full = self.push_long_polling
+        return (full - PUSH_POLL_EARLY) / max(1, round(full / PUSH_POLL_STEP))
+
+    def push_poll_on_grid(self, poll: float, now: float) -> float:
+        """`poll` shortened so that an idle push poll begun at `now` (the wall clock, seconds) ends on
+        `push_poll_grid`: see `poll_on_grid`."""
+        return poll_on_grid(poll, now, self.push_poll_grid)
+
+    @property
     def push_receive_deadline(self) -> float:
         """Deadline of one push ReceiveMessage: `receive_deadline` and `PUSH_POLL_HEADROOM` more.
 
@@ -132,6 +157,39 @@ class ClientSettings:
 # How much longer than Java's receive deadline a push consumer waits for the answer to a long poll
 # (`ClientSettings.push_receive_deadline`).
 PUSH_POLL_HEADROOM = 5.0
+
+
+# The grid on the wall clock on which a push consumer's idle long polls end (`poll_on_grid`,
+# `ClientSettings.push_poll_grid`): steps of about this many seconds (a consumer of 1,000 topics on 2
+# brokers has about 25 polls answered on each grid point; steps of 1 s, 100 a point, cost the client a
+# little less CPU, but made a hot topic's messages wait behind each point's answers on the embedded
+# server: docs/benchmarks.md, "Idle polls on a grid")...
+PUSH_POLL_STEP = 0.25
+# ...a whole number of them in the long polling less this, the most a poll's answer may come early.
+PUSH_POLL_EARLY = 0.1
+
+
+def poll_on_grid(poll: float, now: float, grid: float) -> float:
+    """The long polling of a poll begun at `now` (seconds of the wall clock) that asked for `poll`,
+    shortened by less than `grid` so that it ends on a multiple of `grid`, or lengthened by less than
+    `grid` to the next multiple when shortening would take it below the proxy's 5 s minimum; `poll` itself
+    when `grid` is not positive.
+
+    The proxy answers an empty long poll when its polling time ends (the broker's `PopLongPollingService`
+    checks for ended polls every 20 ms), and an idle queue polls again as soon as the answer comes, so the
+    idle polls of a consumer of many topics end at random instants, each answer and each new poll waking
+    the client (and the proxy) on its own. Polls that end on a common grid are answered together, once a
+    grid step, and their renewals go out together: one wake-up of each side for the answers of a whole
+    step, while the calls stay spread over the long polling (a step holds about its share of them, not a
+    burst). Each poll is computed when it is sent, from the client's clock alone (the broker times a poll
+    from when it reaches it), so the grid holds whatever the server's clock says; a chain's polls after
+    its first are as long as the long polling less what the grid needs (`ClientSettings.push_poll_grid`:
+    19.9 s of 20 s), and an answer earlier than the grid allows for only makes the next poll a step
+    shorter."""
+    if grid <= 0:
+        return poll
+    aligned = math.floor((now + poll) / grid) * grid - now
+    return aligned if aligned >= MIN_POLLING_SECONDS else aligned + grid
 
 
 def receive_deadline(long_polling_timeout: float, request_timeout: float) -> float:

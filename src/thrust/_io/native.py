@@ -563,10 +563,10 @@ class NativeRpcClient:
             future = asyncio.get_running_loop().create_future()
             hub.subscribe(token, _receive_waiter(future, on_message))
         self._receives[token] = future
-        repeat_for = 0.0
+        repeat_for = repeat_poll = grid = 0.0
         if renewal is not None and not renewal.stopped and not shortened:
             # (a poll shortened by the wait for the handshake is not renewed: its renewals would be as short)
-            repeat_for = renewal.window
+            repeat_for, repeat_poll, grid = renewal.window, renewal.poll, renewal.grid
             channel = self._channel
             renewal._stop = lambda: channel.stop_repeating(token)
         try:
@@ -579,6 +579,8 @@ class NativeRpcClient:
                 self.endpoint,
                 on_message is not None,
                 repeat_for,
+                repeat_poll,
+                grid,
             )
             if polls is not None and renewal is not None:
                 renewal._polls = polls.count

@@ -371,12 +371,18 @@ class Renewal:
     in flight (a dropped queue starts no new receive).
 
     `renewed()` is the activity the loop does not see: how many polls the transport renewed so far, so
-    that a queue whose receive keeps renewing is not taken for a stuck one (`_Queue.expired`)."""
+    that a queue whose receive keeps renewing is not taken for a stuck one (`_Queue.expired`).
 
-    __slots__ = ("_polls", "_seen", "_stop", "stopped", "window")
+    Each renewed poll asks for `poll` seconds of long polling (0: as the first poll did), shortened to end
+    on the wall clock's `grid` when it is positive (`thrust._core.settings.poll_on_grid`), as the caller
+    does for the polls it starts itself."""
 
-    def __init__(self, window: float) -> None:
+    __slots__ = ("_polls", "_seen", "_stop", "grid", "poll", "stopped", "window")
+
+    def __init__(self, window: float, poll: float = 0.0, grid: float = 0.0) -> None:
         self.window = window
+        self.poll = poll
+        self.grid = grid
         self.stopped = False
         self._stop: Callable[[], None] | None = None  # set by the transport while its receive runs
         self._polls: Callable[[], int] | None = None  # likewise, when the transport renews

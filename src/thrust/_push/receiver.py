@@ -169,12 +169,18 @@ class QueueReceiver:
         request.CopyFrom(q.request)
         request.batch_size = ticket.requested
         poll = settings.push_spread_poll(random.random()) if spread else settings.push_long_polling
+        if idle:
+            # idle polls end on a grid of the wall clock, so that their answers come together
+            # (`thrust._core.settings.poll_on_grid`); the transport's renewals keep to it
+            poll = settings.push_poll_on_grid(poll, time.time())
         request.long_polling_timeout.CopyFrom(convert.duration(poll))
         request.attempt_id = ticket.attempt_id
         stream = _Stream(self, q, ticket)
         renewal = None
         if idle and not spread:
-            renewal = q.renewal = Renewal(q.pq.budget.renewal_window)
+            renewal = q.renewal = Renewal(
+                q.pq.budget.renewal_window, settings.push_long_polling, settings.push_poll_grid
+            )
         try:
             result = await session.receive(
                 q.endpoint,
