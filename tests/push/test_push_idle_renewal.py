@@ -1,6 +1,7 @@
 """An idle queue's empty long polls, on both transports: counted as calls, renewed by the native transport
-without waking the event loop (`thrust._io.rpc.Renewal`), ended when the queue is dropped, and started at
-spread phases (`ClientSettings.push_spread_poll`).
+without waking the event loop (`thrust._io.rpc.Renewal`), ended when the queue is dropped, started at
+spread phases (`ClientSettings.push_spread_poll`), and ended on a grid of the wall clock
+(`ClientSettings.push_poll_grid`).
 
 The embedded server's `Faults.fail_next(ReceiveMessage, MESSAGE_NOT_FOUND)` answers a poll empty at once,
 as a long poll that ran out does, so the renewals take milliseconds instead of 20 s each.
@@ -67,9 +68,9 @@ def test_an_idle_queues_empty_polls_are_renewed_counted_and_still_deliver() -> N
                 calls = consumer.session.calls()
                 assert calls["ReceiveMessage"] == EMPTY + 1  # every poll counted, renewed ones too
                 # every poll ends on the grid of the wall clock (`ClientSettings.push_poll_grid`), those
-                # after an empty answer (renewed by the native transport, started again by
-                # the loop on grpcio) less than a step short of the whole 20 s; the server saw each a moment
-                # after it was computed
+                # after an empty answer (renewed by the native transport, started again by the loop on
+                # grpcio) less than a step short of the whole 20 s; the server saw each a moment after it
+                # was computed
                 first, *after = srv.stats.receives
                 for r in (first, *after):
                     assert r.long_polling is not None and _on_grid(r.arrived + r.long_polling)
