@@ -24,7 +24,7 @@ import time
 from typing import Any, Literal, cast
 
 import thrust
-from thrust.bench.cpu import thread_cpu_seconds
+from thrust.bench.cpu import NATIVE_THREAD, thread_cpu_seconds
 
 TOPIC = "produce"
 IN_FLIGHT = 128
@@ -80,7 +80,7 @@ def _thread_cpu() -> dict[str, float]:
     main = threading.main_thread().native_id
     out = {"loop": 0.0, "tokio": 0.0, "other": 0.0}
     for tid, (name, seconds) in thread_cpu_seconds().items():
-        out["loop" if tid == main else "tokio" if name == "thrust-native" else "other"] += seconds
+        out["loop" if tid == main else "tokio" if name == NATIVE_THREAD else "other"] += seconds
     return out
 
 

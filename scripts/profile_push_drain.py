@@ -35,7 +35,7 @@ import time
 from typing import Any
 
 import thrust
-from thrust.bench.cpu import thread_cpu_seconds
+from thrust.bench.cpu import NATIVE_THREAD, thread_cpu_seconds
 
 TOPIC = "drain"
 GROUP = "drain-g"
@@ -149,7 +149,7 @@ def _thread_cpu() -> dict[str, float]:
             kind = "loop"
         elif tid in listeners:
             kind = "listeners"
-        elif name == "thrust-native":
+        elif name == NATIVE_THREAD:
             kind = "tokio"
         else:
             kind = "other"
