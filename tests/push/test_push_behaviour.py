@@ -365,8 +365,7 @@ def test_receive_errors_back_off_reuse_the_attempt_id_and_several_receives_run_p
                     request: object,
                     *,
                     timeout: float,
-                    on_message: Any = None,
-                    renewal: Any = None,
+                    **options: Any,
                 ) -> object:
                     attempts.append((request.attempt_id, ""))  # type: ignore[attr-defined]
                     try:
@@ -374,8 +373,7 @@ def test_receive_errors_back_off_reuse_the_attempt_id_and_several_receives_run_p
                             endpoint,  # type: ignore[arg-type]
                             request,
                             timeout=timeout,
-                            on_message=on_message,
-                            renewal=renewal,
+                            **options,
                         )
                     except Exception as exc:
                         attempts[-1] = (attempts[-1][0], type(exc).__name__)

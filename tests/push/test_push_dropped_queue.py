@@ -171,12 +171,10 @@ def test_push_receives_leave_the_server_more_than_a_request_timeout_after_their_
                 session = consumer.session
                 original = session.receive
 
-                async def receive(endpoint, request, *, timeout, on_message=None, renewal=None):  # type: ignore[no-untyped-def]
+                async def receive(endpoint, request, *, timeout, **options):  # type: ignore[no-untyped-def]
                     poll = request.long_polling_timeout
                     asked.append((poll.seconds + poll.nanos / 1e9, timeout))
-                    return await original(
-                        endpoint, request, timeout=timeout, on_message=on_message, renewal=renewal
-                    )
+                    return await original(endpoint, request, timeout=timeout, **options)
 
                 session.receive = receive  # type: ignore[method-assign]
                 async with Producer(endpoints=ep, topics=["t"]) as producer:

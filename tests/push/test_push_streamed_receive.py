@@ -16,6 +16,7 @@ import grpc
 import pytest
 
 from tests.push._util import run, until
+from thrust._core.process_queue import ProcessQueue, ReceiveTicket
 from thrust.message import ConsumeResult, Message, ReceivedMessage
 from thrust.producer import Producer
 from thrust.push_consumer import PushConsumer
@@ -167,5 +168,49 @@ def test_a_stream_broken_after_its_first_message_keeps_that_message_and_rotates_
         assert (s.received, s.consumed, s.acked, s.receive_failures) == (9, 9, 9, 1)
         assert s.cached_bytes == 0 and s.receives_in_flight <= 2
         assert receives.count(receives[0]) == 1  # rotated: the broken receive's batch is not asked for again
+
+    run(main())
+
+
+def test_an_active_queues_receives_hand_their_messages_over_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the receive of an idle queue hands its first message over early; under a backlog the queue is
+    active and each later stream goes to the listener in one hand-off, when it ends (one wake-up of the
+    loop and of a listener thread fewer per receive)."""
+    partial: list[int] = []
+    whole: list[int] = []
+    on_partial, on_received = ProcessQueue.on_partial, ProcessQueue.on_received
+
+    def counted_partial(self: ProcessQueue, ticket: ReceiveTicket, n: int, *args: Any) -> bool:
+        partial.append(n)
+        return on_partial(self, ticket, n, *args)
+
+    def counted_received(self: ProcessQueue, ticket: ReceiveTicket, n: int, *args: Any) -> None:
+        whole.append(n)
+        on_received(self, ticket, n, *args)
+
+    monkeypatch.setattr(ProcessQueue, "on_partial", counted_partial)
+    monkeypatch.setattr(ProcessQueue, "on_received", counted_received)
+
+    async def main() -> None:
+        async with embedded_server(topics=["t:1"], groups=["g"]) as srv:
+            ep = srv.endpoints[0]
+            async with Producer(endpoints=ep, topics=["t"]) as producer:
+                await producer.send_batch([Message(topic="t", body=b"%d" % i) for i in range(100)])
+            seen: list[int] = []
+            lock = threading.Lock()
+
+            def listener(m: ReceivedMessage) -> ConsumeResult:
+                with lock:
+                    seen.append(int(m.body))
+                return ConsumeResult.SUCCESS
+
+            consumer = PushConsumer(endpoints=ep, group="g", subscriptions={"t": "*"}, listener=listener)
+            async with consumer:
+                await until(lambda: consumer.stats().acked == 100, timeout=20)
+        assert sorted(seen) == list(range(100))
+        # the first receive, of the new (idle) queue: its first message early, the rest at its end; then
+        # at least three receives of the active queue, each handed over whole
+        assert partial == [1], partial
+        assert sum(partial) + sum(whole) == 100 and sum(1 for n in whole if n) >= 4, whole
 
     run(main())

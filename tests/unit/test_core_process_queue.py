@@ -59,6 +59,25 @@ def test_queue_turns_idle_when_empty_and_drained_and_drop_uncounts_it() -> None:
     assert budget.active_count == 0  # a dropped queue never counts again
 
 
+def test_only_an_idle_queues_receive_hands_its_first_message_over_early() -> None:
+    """An idle queue's listener would wait for the whole stream; an active queue's has the receives before
+    it to work on, so its receive is handed over once, at the end (one wake-up fewer per receive)."""
+    pq = make()
+    first = pq.on_receive_started(pq.receive_plan(0.0), 0.0)
+    assert first.first_early  # a new queue is idle
+    pq.on_partial(first, 1, 10, 0.0)
+    busy = pq.on_receive_started(pq.receive_plan(0.0), 0.0)
+    assert not busy.first_early  # the first receive brought messages: active
+    pq.on_received(first, 31, 310, 0.0)
+    pq.on_received(busy, 0, 0, 0.0)
+    third = pq.on_receive_started(pq.receive_plan(0.0), 0.0)
+    assert not third.first_early  # 32 still cached
+    pq.on_received(third, 0, 0, 0.0)
+    pq.on_consumed(32, 320, 0.0)
+    assert not pq.active
+    assert pq.on_receive_started(pq.receive_plan(0.0), 0.0).first_early  # empty and drained: idle again
+
+
 def test_an_idle_queues_polls_chain_after_an_empty_answer_only() -> None:
     """`chained`: a new queue's first poll starts a chain, an empty answer continues it; messages or a
     failure end it, so that the next idle poll starts a new one (`ClientSettings.push_spread_poll`)."""

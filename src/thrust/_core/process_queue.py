@@ -40,10 +40,11 @@ How the io layer drives one queue (one event per queue, set after every `on_*` c
 
 Partial results (`on_partial`, scenario 5a). Java acts on a ReceiveMessage only once its stream has
 completed (docs/protocol.md §6.4): the messages are collected and handed to the process queue together.
-    thrust's
-push consumer hands the first message of a stream to the listener as soon as it arrives, while the server
-is still streaming the rest (reading 32 messages to the end costs several ms; on an idle queue the listener
-would wait for all of it), and the rest together when the stream ends. Each such chunk is cached as it is
+thrust's push consumer hands the first message of an idle queue's stream (`ReceiveTicket.first_early`) to
+the listener as soon as it arrives, while the server is still streaming the rest (reading 32 messages to
+the end costs several ms; on an idle queue the listener would wait for all of it), and the rest together
+when the stream ends; an active queue's stream is handed over once, at its end. Each such chunk is cached
+as it is
 handed over: `on_partial` adds it to the cache and lowers the ticket's reservation by as much, so
 `cached + reserved` never grows and the invariant above holds chunk by chunk; `on_received` /
 `on_receive_failed` then settle only what the ticket still reserves. A stream that breaks after a chunk was
@@ -162,14 +163,18 @@ RENEWAL_WINDOW = 300.0
 
 
 class ReceiveTicket:
-    """One in-flight ReceiveMessage: the attempt id to send and the count it reserved."""
+    """One in-flight ReceiveMessage: the attempt id to send, the count it reserved, and whether its first
+    message is to be handed over as it arrives (`first_early`: the receive of an idle queue, whose listener
+    would otherwise wait for the whole stream; an active queue's listener has the receives before it to
+    work on, and one hand-off per receive costs it less)."""
 
-    __slots__ = ("_open", "arrived", "attempt_id", "handed_over", "requested", "started_at")
+    __slots__ = ("_open", "arrived", "attempt_id", "first_early", "handed_over", "requested", "started_at")
 
-    def __init__(self, attempt_id: str, requested: int, started_at: float) -> None:
+    def __init__(self, attempt_id: str, requested: int, started_at: float, first_early: bool = True) -> None:
         self.attempt_id = attempt_id
         self.requested = requested
         self.started_at = started_at
+        self.first_early = first_early
         # Messages cached through `on_partial` so far, and whether any chunk was handed over at all (a chunk
         # may hold only corrupted messages, which are never cached but did arrive).
         self.arrived = 0
@@ -300,7 +305,7 @@ class ProcessQueue:
         self.in_flight += 1
         self._reserved += n
         self._last_activity = now
-        return ReceiveTicket(attempt_id, n, now)
+        return ReceiveTicket(attempt_id, n, now, first_early=not self.active)
 
     def on_partial(
         self, ticket: ReceiveTicket, n: int, nbytes: int, now: float, largest: int | None = None

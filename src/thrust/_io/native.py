@@ -520,11 +520,13 @@ class NativeRpcClient:
         on_message: Callable[[Any], None] | None = None,
         settings_synced: asyncio.Event | None = None,
         renewal: Renewal | None = None,
+        first_early: bool = True,
     ) -> ReceiveResult:
-        """As `RpcClient.receive`. The native stream is read off the loop: with `on_message`, the first
-        message after the OK status is handed to it as soon as it arrives (one wake-up of the loop), and the
-        rest come decoded in the result, together, when the stream ends; or, when the stream then fails, to
-        `on_message` before the error is raised (they are delivered, not dropped)."""
+        """As `RpcClient.receive`. The native stream is read off the loop: with `on_message` and
+        `first_early`, the first message after the OK status is handed to it as soon as it arrives (one
+        wake-up of the loop), and the rest come decoded in the result, together, when the stream ends; or,
+        when the stream then fails, to `on_message` before the error is raised (they are delivered, not
+        dropped). Without `first_early`, the first comes with the rest: one wake-up per receive."""
         if self._closed or self._receives_cancelled:
             raise ClientClosedError("ReceiveMessage: the client is closed")
         md = self._metadata()
@@ -577,7 +579,7 @@ class NativeRpcClient:
                 timeout,
                 budget,
                 self.endpoint,
-                on_message is not None,
+                on_message is not None and first_early,
                 repeat_for,
                 repeat_poll,
                 grid,

@@ -630,6 +630,7 @@ class RpcClient:
         on_message: Callable[[Any], None] | None = None,
         settings_synced: asyncio.Event | None = None,
         renewal: Renewal | None = None,
+        first_early: bool = True,
     ) -> ReceiveResult:
         """Run one ReceiveMessage stream to completion (docs/protocol.md §6.4: clients act on completion).
         (`renewal` is the native transport's; here each empty poll is answered.)
@@ -643,7 +644,9 @@ class RpcClient:
         streaming the rest of the batch (bench scenario 5a: reading 32 messages to the end costs several
         ms). Messages before any status are collected as usual. If the stream then fails, the error is
         raised as usual; the messages already handed over stay delivered (they are invisible on the broker
-        either way).
+        either way). With `first_early` false, the messages are collected into the result as without
+        `on_message`, and `on_message` gets them only if the stream fails after its OK status (before the
+        error is raised), as the native transport's does.
 
         A receive on a channel that is not connected waits for the connection (`_connected`) and then,
         within the same budget, for `settings_synced`, set while this client's Telemetry stream to the
@@ -680,12 +683,13 @@ class RpcClient:
                 raise ClientClosedError("ReceiveMessage: the client is closed")
         call = self._stub.ReceiveMessage(request, timeout=timeout, metadata=md)
         self._receives.add(call)
+        early = on_message if first_early else None
         try:
             async for response in call:
                 kind = response.WhichOneof("content")
                 if kind == "message":
-                    if on_message is not None and code == Code.OK:
-                        on_message(decode_one(response.message, self.endpoint))
+                    if early is not None and code == Code.OK:
+                        early(decode_one(response.message, self.endpoint))
                     else:
                         messages.append(response.message)
                 elif kind == "status":
@@ -697,6 +701,10 @@ class RpcClient:
         except grpc.RpcError as exc:
             error = translate_grpc_error(exc, Metadata.request_id_of(md), "ReceiveMessage")
             error._after_ok = code == Code.OK
+            if code == Code.OK and on_message is not None:
+                # what the broken stream brought is delivered, not dropped (as when handed over early)
+                for m in messages:
+                    on_message(decode_one(m, self.endpoint))
             raise error from None
         except asyncio.CancelledError:
             call.cancel()

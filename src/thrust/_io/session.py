@@ -602,12 +602,15 @@ class ClientSession:
         timeout: float,
         on_message: Callable[[Any], None] | None = None,
         renewal: Renewal | None = None,
+        first_early: bool = True,
     ) -> ReceiveResult:
         """One ReceiveMessage stream to completion on `endpoint` (session ensured first).
 
         With `on_message`, messages after the OK status are handed to it as they arrive instead of
-        being collected into the result (`RpcClient.receive`). With `renewal`, the native transport
-        renews empty long polls itself (`thrust._io.rpc.Renewal`)."""
+        being collected into the result (`RpcClient.receive`); the native transport hands the first over
+        at once and the rest with the end. With `first_early` false, they are collected and `on_message`
+        gets them only from a stream that breaks. With `renewal`, the native transport renews empty long
+        polls itself (`thrust._io.rpc.Renewal`)."""
         self._check_open()
         if not self.is_ready(endpoint):
             await self.session(endpoint)
@@ -620,7 +623,12 @@ class ClientSession:
         self._inflight += 1
         try:
             result = await client.receive(
-                request, timeout, on_message, None if stream is None else stream.synced, renewal
+                request,
+                timeout,
+                on_message,
+                None if stream is None else stream.synced,
+                renewal,
+                first_early,
             )
         except (errors.ConnectionError, errors.TimeoutError) as exc:
             self._raise_if_closed(exc)

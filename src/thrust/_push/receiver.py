@@ -52,6 +52,13 @@ class _Stream:
     would flush after every message). The process queue accounts the first message as a partial result
     (`ProcessQueue.on_partial`). FIFO order holds: the stream is in order, and the sequencer chains the rest
     behind the first.
+
+    Only an idle queue's receive hands its first message over early (`ReceiveTicket.first_early`): an
+    active queue's listener has the messages of the receives before to work on, and there the early
+    hand-off was a second wake-up of the loop and of a listener thread per receive, about a tenth of a
+    backlog drain's client CPU on the native transport (docs/benchmarks.md, "One hand-off per receive
+    under a backlog"). An active queue's stream is handed over once, when it ends; `arrived` then sees
+    only what a broken stream brought.
     """
 
     __slots__ = ("held", "queue", "receiver", "ticket")
@@ -155,13 +162,13 @@ class QueueReceiver:
     async def _receive(
         self, q: _Queue, ticket: ReceiveTicket, idle: bool = False, spread: bool = False
     ) -> None:
-        """One ReceiveMessage on `q`. Its first message goes to the listener as soon as it arrives, the rest
-        together when the stream ends (`_Stream`). An idle queue's receive renews its empty long polls
-        itself on the native transport (`Renewal`): the loop then wakes for an idle queue once in
-        `renewal_window` rather than once a long poll (a consumer of 1,000 topics keeps 2,000 idle polls;
-        docs/benchmarks.md, "A consumer of a thousand topics"). A `spread` receive (the first of a chain of
-        idle polls) asks for a long polling of random length and is not renewed: the polls after it keep
-        the phase it gives them."""
+        """One ReceiveMessage on `q`. An idle queue's first message goes to the listener as soon as it
+        arrives, the rest together when the stream ends (`_Stream`). An idle queue's receive renews its
+        empty long polls itself on the native transport (`Renewal`): the loop then wakes for an idle queue
+        once in `renewal_window` rather than once a long poll (a consumer of 1,000 topics keeps 2,000 idle
+        polls; docs/benchmarks.md, "A consumer of a thousand topics"). A `spread` receive (the first of a
+        chain of idle polls) asks for a long polling of random length and is not renewed: the polls after it
+        keep the phase it gives them."""
         session = self.session
         settings = session.settings
         request = spb.ReceiveMessageRequest()
@@ -188,6 +195,7 @@ class QueueReceiver:
                 timeout=settings.push_receive_deadline,
                 on_message=stream.arrived,
                 renewal=renewal,
+                first_early=ticket.first_early,
             )
         except asyncio.CancelledError:
             q.renewal = None
