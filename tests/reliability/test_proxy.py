@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -122,6 +123,24 @@ async def read_until_error(reader: asyncio.StreamReader) -> BaseException | None
 
 
 # pass ---------------------------------------------------------------------------------------------
+
+
+def test_both_sockets_of_a_connection_send_without_nagles_delay() -> None:
+    """A proxy that adds latency must not add Nagle's too: with it on, a small segment waits for the ACK of
+    the one before, which a client with nothing to send delays by about 40 ms (the accepted socket had
+    it on: asyncio leaves a socket of proto 0 alone)."""
+
+    async def t() -> None:
+        async with echo_server() as echo, FaultProxy(echo.address) as proxy:
+            async with connect(proxy) as (r, w):
+                assert await roundtrip(r, w, b"x") == b"x"
+                [conn] = proxy._conns
+                assert conn.upstream is not None
+                for writer in (conn.client, conn.upstream):
+                    sock = writer.get_extra_info("socket")
+                    assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+
+    run(t)
 
 
 def test_pass_forwards_both_ways_and_counts() -> None:

@@ -394,6 +394,15 @@ class FaultProxy:
             else:
                 writer.close()
             return
+        # Nagle's algorithm off, as on the upstream side: asyncio sets TCP_NODELAY only on a socket whose
+        # proto is IPPROTO_TCP, and one accepted from this listener (made with proto 0) is not. With Nagle
+        # on, the tail of a server stream waited here for the client's delayed ACK (about 40 ms) whenever
+        # the client had nothing to send, which bounded bench scenario 1 through this proxy by that and not
+        # by either client (docs/benchmarks.md, "One hand-off per receive under a backlog").
+        sock = writer.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         conn = _Conn(writer, mode)
         self._conns.add(conn)
         conn.task = self._spawn(self._serve(conn, reader))
