@@ -85,6 +85,18 @@ async def _drain_push(endpoint: str, messages: int, threads: int, per_queue: int
         return await original(self, *args, **kwargs)
 
     ClientSession.receive = counted  # type: ignore[method-assign]
+    # How often the native transport woke the loop (each wake-up drains every completion queued since).
+    from thrust._io.native import NativeHub
+
+    hub_wakes = 0
+    wake = NativeHub._wake
+
+    def counted_wake(self: NativeHub) -> None:
+        nonlocal hub_wakes
+        hub_wakes += 1
+        wake(self)
+
+    NativeHub._wake = counted_wake  # type: ignore[method-assign]
     gc_time = [0.0, 0.0, 0.0]
     gc_runs = [0, 0, 0]
     gc_started = 0.0
@@ -119,6 +131,7 @@ async def _drain_push(endpoint: str, messages: int, threads: int, per_queue: int
     for name, seconds in threads0.items():
         split[name] -= seconds
     ClientSession.receive = original  # type: ignore[method-assign]
+    NativeHub._wake = wake  # type: ignore[method-assign]
     gc.callbacks.remove(on_gc)
     print(
         "  collections by generation "
@@ -132,7 +145,7 @@ async def _drain_push(endpoint: str, messages: int, threads: int, per_queue: int
         f"  {receives} receives ({messages / max(receives, 1):.1f} messages each), "
         f"{stats.ack_rpcs} ack RPCs ({stats.acked / max(stats.ack_rpcs, 1):.1f} entries each), "
         f"{len(stats.queues)} queues, {wakeups / max(messages, 1):.2f} wake-ups of the loop by the listener"
-        " threads per message"
+        f" threads per message, {hub_wakes / max(receives, 1):.2f} by the native transport per receive"
     )
     return wall, cpu
 
