@@ -37,7 +37,7 @@ from thrust._proto.apache.rocketmq.v2 import definition_pb2 as pb
 from thrust._push.model import ACK_RETRY_WINDOW, MiB
 from thrust.config import ClientConfig, ClientConfigFields
 from thrust.errors import ClientClosedError
-from thrust.push_consumer import Listener, PushConsumer, PushConsumerStats
+from thrust.push_consumer import ACK_BATCH_SIZE, Listener, PushConsumer, PushConsumerStats
 
 __all__ = ["LitePushConsumer", "OffsetOption"]
 
@@ -86,7 +86,7 @@ class LitePushConsumer:
         max_cache_message_count: int = 4096,
         max_cache_message_bytes: int = 64 * MiB,
         receives_per_queue: int = 2,
-        ack_batch_size: int = 32,
+        ack_batch_size: int = ACK_BATCH_SIZE,
         ack_linger: float = 0.01,
         ack_retry_window: float = ACK_RETRY_WINDOW,
         fifo_parallel_groups: bool = False,

@@ -60,10 +60,34 @@ def test_acks_are_batched_and_consumption_never_waits_for_them() -> None:
                 s = consumer.stats()
             assert sorted(consumed) == sorted(ids)
             assert srv.stats.entries["AckMessage"] == 160
-            # Batched: far fewer RPCs than entries (32 entries per batch, a 10 ms linger).
+            # Batched: far fewer RPCs than entries (up to 64 entries per batch, a 10 ms linger).
             assert srv.stats.calls["AckMessage"] <= 160 // 4
             assert s.ack_rpcs == srv.stats.calls["AckMessage"]
             assert consumer.stats().acked == consumer.stats().consumed == 160
+
+    run(main())
+
+
+def test_an_ack_batch_holds_two_receives_worth_by_default() -> None:
+    """`ack_batch_size` defaults to 64 (two receives of 32): with a linger too long to matter, 128 consumed
+    messages are acked in exactly two AckMessage calls of 64 entries, not four of 32."""
+
+    async def main() -> None:
+        async with embedded_server(topics=["t:1"], groups=["g"]) as srv:
+            ep = srv.endpoints[0]
+            async with Producer(endpoints=ep, topics=["t"]) as producer:
+                await producer.send_batch([Message(topic="t", body=b"m%d" % i) for i in range(128)])
+            consumer = PushConsumer(
+                endpoints=ep,
+                group="g",
+                subscriptions={"t": "*"},
+                listener=lambda m: ConsumeResult.SUCCESS,
+                ack_linger=60.0,  # only a full batch goes out
+            )
+            async with consumer:
+                await until(lambda: consumer.stats().acked == 128, 30)
+                calls, entries = srv.stats.calls["AckMessage"], srv.stats.entries["AckMessage"]
+            assert (calls, entries) == (2, 128)
 
     run(main())
 

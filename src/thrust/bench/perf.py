@@ -421,7 +421,7 @@ class _Run:
         return listener
 
     async def consume(self) -> None:
-        from thrust.push_consumer import PushConsumer
+        from thrust.push_consumer import ACK_BATCH_SIZE, PushConsumer
 
         o = self.o
         subs = {t: (o.tag or "*") for t in self.topics}
@@ -431,7 +431,7 @@ class _Run:
             subscriptions=subs,
             listener=self._listener(),
             consumption_thread_count=o.threads,
-            ack_batch_size=32 if o.ack_batch else 1,
+            ack_batch_size=ACK_BATCH_SIZE if o.ack_batch else 1,
             ack_linger=0.01 if o.ack_batch else 0.0,
         )
         try:
