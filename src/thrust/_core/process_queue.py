@@ -44,8 +44,7 @@ thrust's push consumer hands the first message of an idle queue's stream (`Recei
 the listener as soon as it arrives, while the server is still streaming the rest (reading 32 messages to
 the end costs several ms; on an idle queue the listener would wait for all of it), and the rest together
 when the stream ends; an active queue's stream is handed over once, at its end. Each such chunk is cached
-as it is
-handed over: `on_partial` adds it to the cache and lowers the ticket's reservation by as much, so
+as it is handed over: `on_partial` adds it to the cache and lowers the ticket's reservation by as much, so
 `cached + reserved` never grows and the invariant above holds chunk by chunk; `on_received` /
 `on_receive_failed` then settle only what the ticket still reserves. A stream that breaks after a chunk was
 handed over does not take it back: those messages stay cached until they are consumed and settled, and the
