@@ -57,7 +57,9 @@ async def _fill(endpoint: str, messages: int, size: int) -> None:
             await p.send_batch([thrust.Message(topic=TOPIC, body=body) for _ in range(n)])
 
 
-async def _drain_push(endpoint: str, messages: int, threads: int, per_queue: int) -> tuple[float, float]:
+async def _drain_push(
+    endpoint: str, messages: int, threads: int, per_queue: int, ack_batch_size: int | None
+) -> tuple[float, float]:
     """Wall time until the last message reached the listener; CPU until the consumer closed (its acks
     flushed: they are part of the drain's cost)."""
     loop = asyncio.get_running_loop()
@@ -117,6 +119,7 @@ async def _drain_push(endpoint: str, messages: int, threads: int, per_queue: int
         listener=listener,
         consumption_thread_count=threads,
         receives_per_queue=per_queue,
+        **({} if ack_batch_size is None else {"ack_batch_size": ack_batch_size}),
     )
     async with consumer:
         cpu0, t0 = time.process_time(), time.monotonic()
@@ -193,7 +196,15 @@ def _start_profiler(out: str) -> subprocess.Popen[bytes]:
     return proc
 
 
-def run(messages: int, size: int, raw: bool, profile: str | None, threads: int, receives: int) -> None:
+def run(
+    messages: int,
+    size: int,
+    raw: bool,
+    profile: str | None,
+    threads: int,
+    receives: int,
+    ack_batch_size: int | None,
+) -> None:
     port = _free_port()
     server = subprocess.Popen(
         [
@@ -221,7 +232,7 @@ def run(messages: int, size: int, raw: bool, profile: str | None, threads: int, 
             messages, wall, cpu = asyncio.run(_drain_raw(endpoint, messages))
             what = "raw Receive(32)+Ack(32), 8 loops"
         else:
-            wall, cpu = asyncio.run(_drain_push(endpoint, messages, threads, receives))
+            wall, cpu = asyncio.run(_drain_push(endpoint, messages, threads, receives, ack_batch_size))
             what = f"PushConsumer, {threads} listener threads, {receives} receives per queue"
         if spy is not None:
             spy.send_signal(signal.SIGINT)
@@ -292,6 +303,9 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--threads", type=int, default=20, help="the listener's threads (default 20, Java's)")
     ap.add_argument("--receives", type=int, default=2, help="receives_per_queue (default 2, thrust's)")
+    ap.add_argument(
+        "--ack-batch-size", type=int, default=None, help="the consumer's ack_batch_size (default: its own)"
+    )
     ap.add_argument("--raw", action="store_true", help="drain with the bare grpc.aio loop instead")
     ap.add_argument("--fold", metavar="RAW_FILE", help="fold a py-spy raw profile by layer and exit")
     ap.add_argument("--profile", metavar="RAW_FILE", help="record the drain alone with py-spy into this file")
@@ -312,7 +326,9 @@ def main() -> None:
     if args.fold:
         fold(args.fold)
     else:
-        run(args.messages, args.size, args.raw, args.profile, args.threads, args.receives)
+        run(
+            args.messages, args.size, args.raw, args.profile, args.threads, args.receives, args.ack_batch_size
+        )
 
 
 if __name__ == "__main__":

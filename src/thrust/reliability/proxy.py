@@ -347,7 +347,12 @@ class FaultProxy:
         # Bound and listening before this returns, so a client connecting right after
         # set_mode(PASS) is queued in the backlog rather than refused; accepting starts in a task.
         family = socket.AF_INET6 if ":" in self._host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        # IPPROTO_TCP, not 0: the sockets it accepts inherit the proto, and asyncio turns Nagle's algorithm
+        # off only on a socket whose proto is IPPROTO_TCP (as it does on the upstream side). With Nagle on,
+        # the tail of a server stream waited here for the client's delayed ACK (about 40 ms) whenever the
+        # client had nothing to send, which bounded bench scenario 1 through this proxy by that and not by
+        # either client (docs/benchmarks.md, "One hand-off per receive under a backlog").
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         try:
             # Rebinding the same port after Refuse must not trip over TIME_WAIT sockets.
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -394,15 +399,6 @@ class FaultProxy:
             else:
                 writer.close()
             return
-        # Nagle's algorithm off, as on the upstream side: asyncio sets TCP_NODELAY only on a socket whose
-        # proto is IPPROTO_TCP, and one accepted from this listener (made with proto 0) is not. With Nagle
-        # on, the tail of a server stream waited here for the client's delayed ACK (about 40 ms) whenever
-        # the client had nothing to send, which bounded bench scenario 1 through this proxy by that and not
-        # by either client (docs/benchmarks.md, "One hand-off per receive under a backlog").
-        sock = writer.get_extra_info("socket")
-        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         conn = _Conn(writer, mode)
         self._conns.add(conn)
         conn.task = self._spawn(self._serve(conn, reader))
